@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency of packd on Debian 12 (bookworm).
+# Needs root (or sudo). Safe to run again: apt-get skips what is installed.
+# CUDA and NCCL are not Debian packages: when /usr/local/cuda/bin/nvcc exists
+# the GPU agent's CUDA backend is compiled too, otherwise only its host
+# backend is built.
+set -euo pipefail
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+PACKAGES=(
+  # Toolchain.
+  build-essential cmake pkg-config git clang-format valgrind
+  # gRPC C core, protobuf-c, libuv: the service and the C client.
+  libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
+  # Standard formats: plan ids (xxhash), JSON (jansson), HTTP (http-parser).
+  libxxhash-dev libjansson-dev libhttp-parser-dev
+  # Tests: cmocka for C, pytest with Debian's grpcio/protobuf/numpy for Python.
+  libcmocka-dev protobuf-compiler protobuf-compiler-grpc
+  python3 python3-grpcio python3-protobuf python3-pytest python3-numpy
+  python3-prometheus-client python3-venv python3-pip
+  # Small tools used by the tests and scripts.
+  curl procps ca-certificates
+)
+
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q
+$SUDO apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
+echo "bootstrap: dependencies installed"

@@ -1,0 +1,64 @@
+/* The codec: translates between packd.v1 protobuf messages (protobuf-c) and
+ * the planner's C types. It decides nothing: every default and every check
+ * lives in the planner. One way for data: request bytes -> codec -> planner
+ * -> codec -> response bytes.
+ *
+ * Ownership is stated per function. Messages returned by the codec are freed
+ * with the matching pk_codec_free_* function, never with free(). */
+#ifndef PK_CODEC_H
+#define PK_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "packd/v1/packd.pb-c.h"
+#include "pk_planner.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Maps a pk_error code to a gRPC status code number (grpc_status_code
+ * values; 0 for PK_OK). The only such mapping in packd. */
+PK_EXPORT int pk_status_from_error(int code);
+
+/* Decodes request bytes. On success *msg is a new message (free with
+ * pk_codec_free_request) and *req points into it: req stays valid until
+ * *msg is freed. Malformed bytes return PK_EDECODE with a message in err. */
+PK_EXPORT int pk_codec_decode_request(const uint8_t *buf, size_t len, Packd__V1__PlanRequest **msg,
+                                      pk_request_t *req, char *err, size_t errlen);
+
+/* Fills *req from an already unpacked message (pointers into msg). */
+PK_EXPORT void pk_codec_request_from_msg(const Packd__V1__PlanRequest *msg, pk_request_t *req);
+
+PK_EXPORT void pk_codec_free_request(Packd__V1__PlanRequest *msg);
+
+/* The plan id of a request: a lowercase hex digest of the request's
+ * canonical bytes (the same request always has the same id; plans are
+ * deterministic). Writes at most idlen bytes including the NUL; 33 is
+ * enough. */
+PK_EXPORT void pk_codec_plan_id(const Packd__V1__PlanRequest *msg, char *id, size_t idlen);
+
+/* Builds a PlanResponse for a plan. On success *out is a new message that
+ * owns all its memory (free with pk_codec_free_response); the plan may be
+ * freed right after. Returns PK_ENOMEM when an allocation fails. */
+PK_EXPORT int pk_codec_encode_plan(const pk_plan_t *plan, const char *plan_id,
+                                   Packd__V1__PlanResponse **out);
+
+PK_EXPORT void pk_codec_free_response(Packd__V1__PlanResponse *msg);
+
+/* The whole pipeline on bytes, for the embedded Python mode and for tests:
+ * decode, plan, encode, pack. On success *resp is a malloc'd buffer of
+ * *resp_len bytes holding a packed PlanResponse; free it with
+ * pk_codec_free_bytes. On failure returns a negative pk_error code and a
+ * message in err naming the field and the value. */
+PK_EXPORT int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *resp_len,
+                            char *err, size_t errlen);
+
+PK_EXPORT void pk_codec_free_bytes(uint8_t *buf);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

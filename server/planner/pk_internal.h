@@ -1,0 +1,159 @@
+/* Internal interfaces of the planner, shared by its source files. Not part of
+ * the public API and not installed.
+ *
+ * Pipeline (planner.c): validate -> items (aligned sizes and costs) ->
+ * mini-batches -> per mini-batch: DP assignment and micro-batching (AUTO:
+ * auto.c; compatibility algorithms: compat_dp.c, compat_micro.c,
+ * compat_roll.c, driven by assign.c) -> order -> layout and stats. */
+#ifndef PK_INTERNAL_H
+#define PK_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pk_planner.h"
+
+#define PK_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define PK_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+/* The effective, validated configuration of one request. */
+typedef struct pk_cfg {
+  uint32_t dp, tp, cp, pp, vpp;
+  uint32_t cp_algo;
+  uint32_t align;      /* A: every packed slot is a multiple of it. */
+  uint32_t group;      /* microbatch_group: micro counts are multiples of it. */
+  uint32_t mode;
+  uint32_t dp_balance, micro_algo, order;
+  bool equal_count, shuffle, keep_groups, fixed_shape;
+  uint32_t mini_batches;
+  uint64_t cap;        /* Footprint cap summed over CP ranks (max_tokens * CP);
+                        * UINT64_MAX when there is no cap. */
+  uint32_t max_seqs;   /* UINT32_MAX when there is no cap. */
+  uint32_t micro_batch_size;
+  uint32_t min_micro;
+  uint32_t round;      /* PADDED: row widths are multiples of lcm(round, A). */
+  uint32_t total_multiple;
+  double lin, quad;
+  uint64_t seed;
+} pk_cfg_t;
+
+/* What the partitioning algorithms see of a mini-batch: its items and the
+ * rules a micro-batch must obey. Item k is sequence idx[k]. */
+typedef struct pk_ctx {
+  const pk_cfg_t *cfg;
+  uint32_t n;              /* Items in this mini-batch. */
+  const uint32_t *idx;     /* n sequence indices. */
+  const uint64_t *size;    /* n footprints: aligned length (PACKED/FIXED) or
+                            * row width rounded to lcm(round, A) (PADDED). */
+  const double *cost;      /* n costs of the aligned lengths. */
+  const uint32_t *len;     /* n real lengths. */
+} pk_ctx_t;
+
+/* The running state of one micro-batch while it is being filled. */
+typedef struct pk_bin {
+  uint64_t sum;    /* Sum of item sizes. */
+  uint64_t width;  /* Largest item size (PADDED footprint = count * width). */
+  uint32_t count;
+  double cost;
+} pk_bin_t;
+
+/* The footprint of a bin (summed over CP ranks) in the ctx's mode. */
+static inline uint64_t pk_bin_footprint(const pk_cfg_t *cfg, const pk_bin_t *b) {
+  return cfg->mode == PK_MODE_PADDED ? (uint64_t)b->count * b->width : b->sum;
+}
+
+/* Whether item k can join bin b without breaking the token cap or max_seqs. */
+static inline bool pk_bin_fits(const pk_ctx_t *ctx, const pk_bin_t *b, uint32_t k) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  if (b->count + 1 > cfg->max_seqs)
+    return false;
+  uint64_t s = ctx->size[k];
+  if (cfg->mode == PK_MODE_PADDED) {
+    uint64_t w = s > b->width ? s : b->width;
+    return (uint64_t)(b->count + 1) * w <= cfg->cap;
+  }
+  return b->sum + s <= cfg->cap;
+}
+
+static inline void pk_bin_add(const pk_ctx_t *ctx, pk_bin_t *b, uint32_t k) {
+  b->sum += ctx->size[k];
+  if (ctx->size[k] > b->width)
+    b->width = ctx->size[k];
+  b->count++;
+  b->cost += ctx->cost[k];
+}
+
+/* A partition of a mini-batch's items: for every item k (0..n-1) its rank
+ * and its micro-batch number within that rank. Micro numbers of a rank are
+ * 0..nmicro-1, all used (no empty micro-batch). Every rank has the same
+ * nmicro. The position of an item inside its micro-batch follows item order
+ * within ties: items are emitted in increasing `pos` order. */
+typedef struct pk_assign {
+  uint32_t *rank;  /* n */
+  uint32_t *micro; /* n */
+  uint32_t *pos;   /* n: sort key inside the micro-batch (packed order). */
+  uint32_t nmicro; /* Per rank. */
+} pk_assign_t;
+
+/* Partitions the mini-batch into ranks and micro-batches with the AUTO
+ * algorithm (auto.c). Arrays of `out` are caller-allocated with n entries.
+ * Returns 0, PK_EPRECOND (with a message) or PK_ENOMEM. */
+int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
+
+/* DP balancing by a compatibility algorithm (compat_dp.c): writes rank[k] for
+ * every item. Rules: with equal_count every rank gets exactly n/dp items
+ * (the caller checked n % dp == 0). Returns 0 or PK_ENOMEM. */
+int pk_compat_dp(const pk_ctx_t *ctx, uint32_t algo, bool equal_count, uint32_t *rank);
+
+/* Micro-batching of one rank's items by a compatibility algorithm
+ * (compat_micro.c). `items` lists the rank's item numbers (into ctx) in the
+ * rank's order; writes micro[j] for items[j] and returns the count in
+ * *nmicro. The count is at least min_count (when min_count <= nitems) and
+ * every micro-batch fits the cap and max_seqs; the count is raised until
+ * it does. Returns 0, PK_EPRECOND or PK_ENOMEM. */
+int pk_compat_micro(const pk_ctx_t *ctx, uint32_t algo, const uint32_t *items, uint32_t nitems,
+                    uint32_t min_count, uint32_t *micro, uint32_t *nmicro);
+
+/* ROLL dynamic batching (compat_roll.c): sorted stride over ranks plus one
+ * shared next-fit boundary list in PADDED footprint, then the count raised to
+ * a multiple of cfg->group by splitting the largest multi-row micro-batches.
+ * Fills out (caller-allocated, n entries). */
+int pk_roll_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
+
+/* Drives a compatibility DP algorithm plus a micro algorithm into an
+ * assignment with equal micro counts on every rank (assign.c). */
+int pk_compat_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
+
+/* The lower bound on the micro-batch count per rank for a mini-batch:
+ * max(ceil(sum size / (dp * cap)), ceil(n / (dp * max_seqs)), min_micro),
+ * rounded up to cfg->group. */
+uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx);
+
+/* Small utilities (util.c). */
+uint64_t pk_round_up(uint64_t x, uint64_t m);
+uint64_t pk_gcd(uint64_t a, uint64_t b);
+uint64_t pk_lcm(uint64_t a, uint64_t b);
+/* A checked allocation: NULL when count * size overflows or malloc fails. */
+void *pk_calloc(size_t count, size_t size);
+void *pk_malloc_array(size_t count, size_t size);
+/* Writes a formatted message into err (errlen bytes, NUL-terminated) and
+ * returns code. */
+int pk_fail(char *err, size_t errlen, int code, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* Sorts item numbers by cost descending, ties by size descending, then by
+ * item number ascending (a total order: results are deterministic). */
+void pk_sort_by_cost_desc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n);
+/* Sorts item numbers by size ascending, ties by item number (stable). */
+void pk_sort_by_size_asc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n);
+
+/* A deterministic pseudo-random generator (splitmix64) for shuffles. */
+typedef struct pk_rng {
+  uint64_t state;
+} pk_rng_t;
+uint64_t pk_rng_next(pk_rng_t *rng);
+/* Uniform in [0, bound). */
+uint64_t pk_rng_below(pk_rng_t *rng, uint64_t bound);
+
+#endif

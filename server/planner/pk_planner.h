@@ -1,0 +1,197 @@
+/* The packd planner: a pure C11 library that turns the sequence lengths of a
+ * global batch and a parallel layout into a plan (DP assignment, micro-batches
+ * and packed layouts). No I/O, no threads, no global state: every call works
+ * only on its arguments, so any number of threads may plan at once.
+ *
+ * The request mirrors packd.v1.PlanRequest (proto/packd/v1/packd.proto) with
+ * plain C types; zero values mean "default" exactly as in the proto. The
+ * codec (server/codec.h) translates between the two and decides nothing.
+ *
+ * Ownership: the caller owns the request and everything it points to; the
+ * planner only reads it. pk_plan() allocates the plan; the caller frees it
+ * with pk_plan_free(). */
+#ifndef PK_PLANNER_H
+#define PK_PLANNER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pk_error.h"
+#include "pk_export.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The numeric values equal the proto enum values. */
+typedef enum { PK_CP_ZIGZAG = 0, PK_CP_ULYSSES = 1 } pk_cp_algo_t;
+
+typedef enum {
+  PK_DP_AUTO = 0,
+  PK_DP_NONE = 1,
+  PK_DP_KK = 2,
+  PK_DP_KK_EQUAL = 3,
+  PK_DP_LPT = 4,
+  PK_DP_LPT_EQUAL = 5,
+  PK_DP_SORTED_STRIDE = 6,
+} pk_dp_balance_t;
+#define PK_DP_BALANCE_COUNT 7
+
+typedef enum { PK_MODE_PACKED = 0, PK_MODE_PADDED = 1, PK_MODE_FIXED = 2 } pk_mode_t;
+#define PK_MODE_COUNT 3
+
+typedef enum {
+  PK_MICRO_AUTO = 0,
+  PK_MICRO_NEXT_FIT = 1,
+  PK_MICRO_FFD = 2,
+  PK_MICRO_MFFD = 3,
+  PK_MICRO_KK_COUNT = 4,
+  PK_MICRO_LPT_CAP = 5,
+} pk_micro_algo_t;
+#define PK_MICRO_ALGO_COUNT 6
+
+typedef enum { PK_ORDER_COST_DESC = 0, PK_ORDER_HEAVY_MIDDLE = 1, PK_ORDER_ORIGINAL = 2 } pk_order_t;
+#define PK_ORDER_COUNT 3
+
+typedef struct pk_parallel {
+  uint32_t dp;               /* Required, >= 1. */
+  uint32_t tp;               /* 0 means 1. */
+  uint32_t cp;               /* 0 means 1. */
+  uint32_t pp;               /* 0 means 1. */
+  uint32_t vpp;              /* 0 means 1. */
+  uint32_t cp_algo;          /* pk_cp_algo_t; other values are rejected. */
+  bool sequence_parallel;
+  uint32_t num_heads;        /* 0: not checked. */
+  uint32_t microbatch_group; /* 0: PP when VPP > 1, else 1. */
+} pk_parallel_t;
+
+typedef struct pk_batching {
+  uint32_t mini_batches; /* 0 means 1. */
+  bool shuffle;
+  uint32_t dp_balance; /* pk_dp_balance_t. */
+  bool equal_count;
+  uint32_t mode;       /* pk_mode_t. */
+  uint64_t max_tokens; /* Per CP rank; 0: no cap. */
+  uint32_t max_seqs;   /* 0: no cap. */
+  uint32_t micro_batch_size;
+  uint32_t min_micro_batches; /* 0 means 1. */
+  uint32_t round;             /* 0 means 1. */
+  uint32_t micro_algo;        /* pk_micro_algo_t. */
+  uint32_t order;             /* pk_order_t. */
+  bool keep_groups;
+} pk_batching_t;
+
+typedef struct pk_cost_model {
+  double linear; /* Both 0: linear 1, quadratic 1/24576. */
+  double quadratic;
+} pk_cost_model_t;
+
+typedef struct pk_layout_opts {
+  uint32_t align;          /* 0: A from the parallel layout. */
+  uint32_t pad_multiple;   /* 0 means 1. */
+  uint32_t total_multiple; /* 0 means 1. */
+  bool fixed_shape;
+} pk_layout_opts_t;
+
+typedef struct pk_request {
+  const uint32_t *lengths;     /* n entries; required. */
+  size_t n;
+  const uint32_t *loss_tokens; /* NULL, or n entries each <= lengths[i]. */
+  size_t n_loss_tokens;        /* 0 or n. */
+  const uint64_t *groups;      /* NULL, or n group ids (GRPO uid). */
+  size_t n_groups;             /* 0 or n. */
+  pk_parallel_t parallel;
+  pk_batching_t batching;
+  pk_cost_model_t cost;
+  pk_layout_opts_t layout;
+  uint64_t seed;
+} pk_request_t;
+
+/* One micro-batch of one rank. All arrays point into storage owned by the
+ * plan. */
+typedef struct pk_micro {
+  const uint32_t *seqs;              /* nseqs indices into lengths, packed order. */
+  const int32_t *cu_seqlens;         /* nseqs + 1, real lengths, leading 0. */
+  const int32_t *cu_seqlens_padded;  /* nseqs + 1, aligned slots, leading 0. */
+  uint32_t nseqs;
+  uint32_t max_seqlen;               /* Largest aligned slot (PACKED/FIXED) or padded width. */
+  uint32_t padded_width;             /* PADDED mode: the row width; else 0. */
+  uint64_t tokens;                   /* Real tokens. */
+  uint64_t padded_tokens;            /* Footprint over all CP ranks. */
+  double cost;
+  double loss_scale;
+} pk_micro_t;
+
+/* The micro-batches of one rank in one mini-batch. */
+typedef struct pk_cell {
+  const pk_micro_t *micros;
+  uint32_t nmicros;
+} pk_cell_t;
+
+typedef struct pk_stats {
+  uint32_t sequences;
+  uint32_t mini_batches;
+  uint32_t micro_batches_per_rank;    /* Summed over mini-batches. */
+  uint32_t micro_batches_lower_bound; /* Summed over mini-batches. */
+  uint64_t tokens;
+  uint64_t padded_tokens;
+  double pad_fraction;
+  double total_cost;
+  double step_cost;             /* Sum over slots of the max over ranks. */
+  double step_cost_lower_bound; /* A proven lower bound on step_cost. */
+  double lockstep_efficiency;   /* (total_cost / dp) / step_cost. */
+  double lockstep_efficiency_bound; /* (total_cost / dp) / step_cost_lower_bound. */
+  double dp_imbalance;          /* Max rank cost / mean rank cost. */
+  uint32_t cap_violations;
+  uint64_t plan_time_us;
+  uint32_t plan_micros;
+  uint32_t zero_length;
+  uint32_t alignment;
+  uint64_t max_micro_tokens;    /* Largest per-CP-rank footprint. */
+} pk_stats_t;
+
+typedef struct pk_plan {
+  uint32_t dp;
+  uint32_t mini_batches;
+  const pk_cell_t *cells; /* dp * mini_batches, index rank * mini_batches + mini. */
+  pk_stats_t stats;
+  void *storage_;         /* Private. */
+} pk_plan_t;
+
+/* Plans `req`. On success returns 0 and stores a new plan in *out (free it
+ * with pk_plan_free). On failure returns a negative pk_error code, leaves
+ * *out NULL and writes a message naming the field and the value into err
+ * (always NUL-terminated when errlen > 0). */
+PK_EXPORT int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen);
+
+/* Frees a plan from pk_plan. NULL is allowed. */
+PK_EXPORT void pk_plan_free(pk_plan_t *plan);
+
+/* The cell of (rank, mini). */
+static inline const pk_cell_t *pk_plan_cell(const pk_plan_t *plan, uint32_t rank, uint32_t mini) {
+  return &plan->cells[(size_t)rank * plan->mini_batches + mini];
+}
+
+/* The effective alignment A of a request (DESIGN.md), or 0 when the request is
+ * invalid. */
+PK_EXPORT uint32_t pk_alignment(const pk_request_t *req);
+
+/* Names for enum values ("auto", "kk_equal", ...), NULL when out of range,
+ * and the reverse lookup (returns 0 and sets *value, or PK_EINVAL). */
+PK_EXPORT const char *pk_dp_balance_name(uint32_t v);
+PK_EXPORT const char *pk_micro_algo_name(uint32_t v);
+PK_EXPORT const char *pk_mode_name(uint32_t v);
+PK_EXPORT const char *pk_order_name(uint32_t v);
+PK_EXPORT const char *pk_cp_algo_name(uint32_t v);
+PK_EXPORT int pk_dp_balance_parse(const char *s, uint32_t *value);
+PK_EXPORT int pk_micro_algo_parse(const char *s, uint32_t *value);
+PK_EXPORT int pk_mode_parse(const char *s, uint32_t *value);
+PK_EXPORT int pk_order_parse(const char *s, uint32_t *value);
+PK_EXPORT int pk_cp_algo_parse(const char *s, uint32_t *value);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
