@@ -1,0 +1,199 @@
+// The rules every rendering of packd's deployment must keep (used by
+// validate.js --policy). They are the facts the files promise in their
+// comments and in docs/deploy.md, so that a change of one value that breaks
+// another (a new listen port without new probes, a longer drain than the
+// termination grace period, a selector that matches no pod) fails here.
+//
+// checkPolicy(docs) returns a Map from each object that breaks a rule to the
+// list of its problems; objects that keep every rule are not in it.
+"use strict";
+
+const WORKLOAD_KINDS = new Set(["Deployment", "StatefulSet", "DaemonSet", "Job", "Pod"]);
+const LOOPBACK = /^(127\.[0-9.]+|localhost|\[::1\])$/;
+
+// A packd container is one whose image is named packd (any registry or tag).
+function isPackd(container) {
+  return typeof container.image === "string" && /(^|\/)packd(:|@|$)/.test(container.image);
+}
+
+function podOf(doc) {
+  if (doc.kind === "Pod") return { meta: doc.metadata || {}, spec: doc.spec || {} };
+  const t = (doc.spec && doc.spec.template) || {};
+  return { meta: t.metadata || {}, spec: t.spec || {} };
+}
+
+// The environment a container sees: its envFrom ConfigMaps, then env.
+function envOf(container, configMaps, problems) {
+  const env = {};
+  for (const src of container.envFrom || []) {
+    if (!src.configMapRef) continue;
+    const cm = configMaps.get(src.configMapRef.name);
+    if (!cm) problems.push(`envFrom names ConfigMap "${src.configMapRef.name}", which is not rendered`);
+    else Object.assign(env, cm.data || {});
+  }
+  for (const e of container.env || []) if (typeof e.value === "string") env[e.name] = e.value;
+  return env;
+}
+
+function splitHostPort(text) {
+  const at = String(text).lastIndexOf(":");
+  return at < 0 ? null : { host: text.slice(0, at), port: Number(text.slice(at + 1)) };
+}
+
+// Seconds a preStop hook holds the container before SIGTERM (0 if none).
+function preStopSeconds(container) {
+  const pre = container.lifecycle && container.lifecycle.preStop;
+  if (!pre) return 0;
+  if (pre.sleep && Number.isInteger(pre.sleep.seconds)) return pre.sleep.seconds;
+  const cmd = (pre.exec && pre.exec.command) || [];
+  const i = cmd.findIndex((c) => /(^|\/)sleep$/.test(c));
+  return i >= 0 && cmd[i + 1] !== undefined ? Number(cmd[i + 1]) : 0;
+}
+
+function checkSecurity(c, pod, problems) {
+  const sc = c.securityContext || {};
+  const psc = pod.spec.securityContext || {};
+  if (sc.allowPrivilegeEscalation !== false) problems.push(`${c.name}: allowPrivilegeEscalation must be false`);
+  if (sc.readOnlyRootFilesystem !== true) problems.push(`${c.name}: readOnlyRootFilesystem must be true`);
+  if (sc.privileged === true) problems.push(`${c.name}: privileged must not be set`);
+  const drop = (sc.capabilities && sc.capabilities.drop) || [];
+  if (!drop.includes("ALL")) problems.push(`${c.name}: capabilities.drop must include ALL`);
+  if (!(sc.runAsNonRoot === true || (sc.runAsNonRoot === undefined && psc.runAsNonRoot === true)))
+    problems.push(`${c.name}: runAsNonRoot must be true (container or pod)`);
+  const uid = sc.runAsUser !== undefined ? sc.runAsUser : psc.runAsUser;
+  if (uid === 0) problems.push(`${c.name}: runAsUser must not be 0`);
+  const seccomp = (sc.seccompProfile || psc.seccompProfile || {}).type;
+  if (seccomp !== "RuntimeDefault" && seccomp !== "Localhost")
+    problems.push(`${c.name}: seccompProfile must be RuntimeDefault or Localhost (container or pod)`);
+}
+
+function checkResources(c, problems) {
+  const r = c.resources || {};
+  for (const kind of ["requests", "limits"])
+    for (const res of ["cpu", "memory"])
+      if (!r[kind] || r[kind][res] === undefined) problems.push(`${c.name}: resources.${kind}.${res} is missing`);
+}
+
+function checkProbes(c, env, problems) {
+  const listen = splitHostPort(env.PACKD_LISTEN || "");
+  if (!listen) {
+    problems.push(`${c.name}: PACKD_LISTEN is not set to HOST:PORT`);
+    return;
+  }
+  const local = LOOPBACK.test(listen.host);
+  for (const name of ["startupProbe", "readinessProbe", "livenessProbe"]) {
+    const p = c[name];
+    if (!p) {
+      problems.push(`${c.name}: ${name} is missing`);
+    } else if (!local) {
+      // The kubelet probes the pod IP: use its native gRPC health probe.
+      if (!p.grpc) problems.push(`${c.name}: ${name} must be a grpc probe`);
+      else if (p.grpc.port !== listen.port)
+        problems.push(`${c.name}: ${name} probes port ${p.grpc.port}, packd listens on ${listen.port}`);
+    } else {
+      // Bound to loopback, only a command inside the container reaches it.
+      const cmd = (p.exec && p.exec.command) || [];
+      if (!cmd.includes("health") || !cmd.some((a) => a.endsWith(`:${listen.port}`)))
+        problems.push(`${c.name}: ${name} must exec "packctl health --server 127.0.0.1:${listen.port}"`);
+    }
+  }
+  const grpcPort = (c.ports || []).find((p) => p.name === "grpc");
+  if (grpcPort && grpcPort.containerPort !== listen.port)
+    problems.push(`${c.name}: port "grpc" is ${grpcPort.containerPort}, packd listens on ${listen.port}`);
+}
+
+function checkDrain(c, env, pod, problems) {
+  const grace = Number(env.PACKD_GRACE_PERIOD);
+  if (!Number.isFinite(grace) || grace <= 0) {
+    problems.push(`${c.name}: PACKD_GRACE_PERIOD must be a positive number of seconds`);
+    return;
+  }
+  const term = pod.spec.terminationGracePeriodSeconds !== undefined ? pod.spec.terminationGracePeriodSeconds : 30;
+  const pre = preStopSeconds(c);
+  if (!(term > pre + grace))
+    problems.push(`${c.name}: terminationGracePeriodSeconds ${term} must exceed preStop ${pre} s + drain ${grace} s`);
+  const live = c.livenessProbe;
+  if (live) {
+    const tolerance = (live.periodSeconds || 10) * (live.failureThreshold || 3);
+    if (tolerance <= grace)
+      problems.push(`${c.name}: liveness gives up after ${tolerance} s, before the ${grace} s drain ends`);
+  }
+}
+
+function checkContainer(doc, c, isInit, pod, configMaps, problems) {
+  const env = envOf(c, configMaps, problems);
+  if (!/[:@]/.test(c.image.replace(/^[^/]*\//, "")) || /:latest$/.test(c.image))
+    problems.push(`${c.name}: image "${c.image}" needs a fixed tag`);
+  if (isInit && c.restartPolicy !== "Always")
+    problems.push(`${c.name}: as an init container it must be a native sidecar (restartPolicy: Always)`);
+  checkSecurity(c, pod, problems);
+  checkResources(c, problems);
+  checkProbes(c, env, problems);
+  checkDrain(c, env, pod, problems);
+  const metrics = splitHostPort(env.PACKD_METRICS_LISTEN || "");
+  const annotated = (pod.meta.annotations || {})["prometheus.io/port"];
+  if (annotated !== undefined && (!metrics || Number(annotated) !== metrics.port))
+    problems.push(`${c.name}: prometheus.io/port ${annotated} is not the metrics port of PACKD_METRICS_LISTEN`);
+}
+
+// True when every label of selector (matchLabels or a plain map) is in labels.
+function selects(selector, labels) {
+  const want = (selector && (selector.matchLabels || (selector.matchExpressions ? {} : selector))) || {};
+  const keys = Object.keys(want);
+  return keys.length > 0 && keys.every((k) => (labels || {})[k] === want[k]);
+}
+
+function checkSelectors(doc, workloads, problems) {
+  const labelsOf = workloads.map((w) => podOf(w).meta.labels || {});
+  const anyMatch = (sel) => labelsOf.some((l) => selects(sel, l));
+  if (doc.kind === "Service") {
+    if (!anyMatch(doc.spec.selector)) problems.push("its selector matches no rendered pod template");
+    for (const p of doc.spec.ports || [])
+      if (p.name === "grpc" && p.appProtocol !== "grpc") problems.push(`port "grpc" needs appProtocol: grpc`);
+  } else if (doc.kind === "PodDisruptionBudget" || doc.kind === "ServiceMonitor") {
+    if (doc.kind === "PodDisruptionBudget" && !anyMatch(doc.spec.selector))
+      problems.push("its selector matches no rendered pod template");
+  } else if (doc.kind === "NetworkPolicy") {
+    if (!anyMatch(doc.spec.podSelector)) problems.push("its podSelector matches no rendered pod template");
+  } else if (doc.kind === "HorizontalPodAutoscaler") {
+    const ref = doc.spec.scaleTargetRef || {};
+    if (!workloads.some((w) => w.kind === ref.kind && w.metadata.name === ref.name))
+      problems.push(`scaleTargetRef ${ref.kind}/${ref.name} is not rendered`);
+  }
+  if (doc.kind === "Deployment" && !selects(doc.spec.selector, podOf(doc).meta.labels))
+    problems.push("spec.selector does not match the pod template labels");
+}
+
+function checkPolicy(docs) {
+  const result = new Map();
+  const configMaps = new Map(docs.filter((d) => d.kind === "ConfigMap").map((d) => [d.metadata.name, d]));
+  const workloads = docs.filter((d) => WORKLOAD_KINDS.has(d.kind));
+  let packdContainers = 0;
+  for (const doc of docs) {
+    const problems = [];
+    // Helm test hooks run packctl once; they are not a packd server.
+    const hook = ((doc.metadata || {}).annotations || {})["helm.sh/hook"];
+    if (WORKLOAD_KINDS.has(doc.kind) && hook === undefined) {
+      const pod = podOf(doc);
+      for (const c of pod.spec.containers || [])
+        if (isPackd(c)) {
+          packdContainers += 1;
+          checkContainer(doc, c, false, pod, configMaps, problems);
+        }
+      for (const c of pod.spec.initContainers || [])
+        if (isPackd(c)) {
+          packdContainers += 1;
+          checkContainer(doc, c, true, pod, configMaps, problems);
+        }
+    }
+    checkSelectors(doc, workloads, problems);
+    if (problems.length) result.set(doc, problems);
+  }
+  if (packdContainers === 0 && docs.length > 0) {
+    const first = docs[0];
+    result.set(first, [...(result.get(first) || []), "no packd container in the rendered objects"]);
+  }
+  return result;
+}
+
+module.exports = { checkPolicy };
