@@ -1,0 +1,23 @@
+# packctl, the command-line tool (included by client/c/CMakeLists.txt).
+#
+# Remote mode lives in PK_PACKCTL_REMOTE_SOURCES (default packctl_remote.c, a
+# placeholder that reports "remote mode not built"); client.cmake may set the
+# variable or define a `packd_client` library target that packctl then links.
+if(NOT DEFINED PK_PACKCTL_REMOTE_SOURCES)
+  set(PK_PACKCTL_REMOTE_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/packctl_remote.c)
+endif()
+
+add_executable(packctl
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_main.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_plan.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_request.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_input.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_output.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_svg.c
+  ${PK_PACKCTL_REMOTE_SOURCES})
+target_include_directories(packctl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
+target_compile_definitions(packctl PRIVATE PK_VERSION="${PK_VERSION}")
+target_link_libraries(packctl PRIVATE packd_codec PkgConfig::JANSSON m)
+if(TARGET packd_client)
+  target_link_libraries(packctl PRIVATE packd_client)
+endif()
