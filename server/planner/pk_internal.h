@@ -21,18 +21,18 @@
 typedef struct pk_cfg {
   uint32_t dp, tp, cp, pp, vpp;
   uint32_t cp_algo;
-  uint32_t align;      /* A: every packed slot is a multiple of it. */
-  uint32_t group;      /* microbatch_group: micro counts are multiples of it. */
+  uint32_t align; /* A: every packed slot is a multiple of it. */
+  uint32_t group; /* microbatch_group: micro counts are multiples of it. */
   uint32_t mode;
   uint32_t dp_balance, micro_algo, order;
   bool equal_count, shuffle, keep_groups, fixed_shape;
   uint32_t mini_batches;
-  uint64_t cap;        /* Footprint cap summed over CP ranks (max_tokens * CP);
-                        * UINT64_MAX when there is no cap. */
-  uint32_t max_seqs;   /* UINT32_MAX when there is no cap. */
+  uint64_t cap;      /* Footprint cap summed over CP ranks (max_tokens * CP);
+                      * UINT64_MAX when there is no cap. */
+  uint32_t max_seqs; /* UINT32_MAX when there is no cap. */
   uint32_t micro_batch_size;
   uint32_t min_micro;
-  uint32_t round;      /* PADDED: row widths are multiples of lcm(round, A). */
+  uint32_t round; /* PADDED: row widths are multiples of lcm(round, A). */
   uint32_t total_multiple;
   double lin, quad;
   uint64_t seed;
@@ -42,18 +42,18 @@ typedef struct pk_cfg {
  * rules a micro-batch must obey. Item k is sequence idx[k]. */
 typedef struct pk_ctx {
   const pk_cfg_t *cfg;
-  uint32_t n;              /* Items in this mini-batch. */
-  const uint32_t *idx;     /* n sequence indices. */
-  const uint64_t *size;    /* n footprints: aligned length (PACKED/FIXED) or
-                            * row width rounded to lcm(round, A) (PADDED). */
-  const double *cost;      /* n costs of the aligned lengths. */
-  const uint32_t *len;     /* n real lengths. */
+  uint32_t n;           /* Items in this mini-batch. */
+  const uint32_t *idx;  /* n sequence indices. */
+  const uint64_t *size; /* n footprints: aligned length (PACKED/FIXED) or
+                         * row width rounded to lcm(round, A) (PADDED). */
+  const double *cost;   /* n costs of the aligned lengths. */
+  const uint32_t *len;  /* n real lengths. */
 } pk_ctx_t;
 
 /* The running state of one micro-batch while it is being filled. */
 typedef struct pk_bin {
-  uint64_t sum;    /* Sum of item sizes. */
-  uint64_t width;  /* Largest item size (PADDED footprint = count * width). */
+  uint64_t sum;   /* Sum of item sizes. */
+  uint64_t width; /* Largest item size (PADDED footprint = count * width). */
   uint32_t count;
   double cost;
 } pk_bin_t;
@@ -87,13 +87,17 @@ static inline void pk_bin_add(const pk_ctx_t *ctx, pk_bin_t *b, uint32_t k) {
 /* A partition of a mini-batch's items: for every item k (0..n-1) its rank
  * and its micro-batch number within that rank. Micro numbers of a rank are
  * 0..nmicro-1, all used (no empty micro-batch). Every rank has the same
- * nmicro. The position of an item inside its micro-batch follows item order
- * within ties: items are emitted in increasing `pos` order. */
+ * nmicro. Items of a micro-batch are emitted in increasing `pos` order;
+ * pos values are distinct and below n. */
 typedef struct pk_assign {
   uint32_t *rank;  /* n */
   uint32_t *micro; /* n */
   uint32_t *pos;   /* n: sort key inside the micro-batch (packed order). */
   uint32_t nmicro; /* Per rank. */
+  /* True when micro-batch j of every rank was built as one lock-step column
+   * (AUTO, FIXED): ordering then permutes columns, the same on every rank.
+   * False: every rank orders its own micro-batches (the peers' way). */
+  bool columns;
 } pk_assign_t;
 
 /* Partitions the mini-batch into ranks and micro-batches with the AUTO
@@ -124,6 +128,33 @@ int pk_roll_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
 /* Drives a compatibility DP algorithm plus a micro algorithm into an
  * assignment with equal micro counts on every rank (assign.c). */
 int pk_compat_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
+
+/* Validates a request and fills the effective configuration (validate.c).
+ * Returns 0, PK_EINVAL or PK_EPRECOND with a message naming the field and
+ * the value, or PK_ENOMEM when the request is too large to plan. */
+int pk_validate(const pk_request_t *req, pk_cfg_t *cfg, char *err, size_t errlen);
+
+/* The footprint of sequence length len in the cfg's mode: the aligned length
+ * (PACKED, FIXED) or the row width rounded to lcm(round, A) (PADDED). */
+uint64_t pk_item_size(const pk_cfg_t *cfg, uint32_t len);
+/* The cost of a slot of `aligned` tokens. */
+static inline double pk_slot_cost(const pk_cfg_t *cfg, uint64_t aligned) {
+  double a = (double)aligned;
+  return cfg->lin * a + cfg->quad * a * a;
+}
+
+/* The DP part of AUTO on its own (auto.c): items dealt in tiers of dp by cost
+ * with equal counts (+-1), each tier matched to the lightest ranks. */
+int pk_auto_dp(const pk_ctx_t *ctx, uint32_t *rank);
+
+/* AUTO micro-batching of one rank's items into exactly `count` micro-batches
+ * (auto.c): cost LPT under the cap. Returns PK_EPRECOND when they do not fit
+ * (the caller raises the count). */
+int pk_auto_micro(const pk_ctx_t *ctx, const uint32_t *items, uint32_t nitems, uint32_t count,
+                  uint32_t *micro);
+
+/* FIXED mode (assign.c): micro_batch_size sequences per micro-batch. */
+int pk_fixed_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
 
 /* The lower bound on the micro-batch count per rank for a mini-batch:
  * max(ceil(sum size / (dp * cap)), ceil(n / (dp * max_seqs)), min_micro),

@@ -51,16 +51,20 @@ typedef enum {
 } pk_micro_algo_t;
 #define PK_MICRO_ALGO_COUNT 6
 
-typedef enum { PK_ORDER_COST_DESC = 0, PK_ORDER_HEAVY_MIDDLE = 1, PK_ORDER_ORIGINAL = 2 } pk_order_t;
+typedef enum {
+  PK_ORDER_COST_DESC = 0,
+  PK_ORDER_HEAVY_MIDDLE = 1,
+  PK_ORDER_ORIGINAL = 2
+} pk_order_t;
 #define PK_ORDER_COUNT 3
 
 typedef struct pk_parallel {
-  uint32_t dp;               /* Required, >= 1. */
-  uint32_t tp;               /* 0 means 1. */
-  uint32_t cp;               /* 0 means 1. */
-  uint32_t pp;               /* 0 means 1. */
-  uint32_t vpp;              /* 0 means 1. */
-  uint32_t cp_algo;          /* pk_cp_algo_t; other values are rejected. */
+  uint32_t dp;      /* Required, >= 1. */
+  uint32_t tp;      /* 0 means 1. */
+  uint32_t cp;      /* 0 means 1. */
+  uint32_t pp;      /* 0 means 1. */
+  uint32_t vpp;     /* 0 means 1. */
+  uint32_t cp_algo; /* pk_cp_algo_t; other values are rejected. */
   bool sequence_parallel;
   uint32_t num_heads;        /* 0: not checked. */
   uint32_t microbatch_group; /* 0: PP when VPP > 1, else 1. */
@@ -95,7 +99,7 @@ typedef struct pk_layout_opts {
 } pk_layout_opts_t;
 
 typedef struct pk_request {
-  const uint32_t *lengths;     /* n entries; required. */
+  const uint32_t *lengths; /* n entries; required. */
   size_t n;
   const uint32_t *loss_tokens; /* NULL, or n entries each <= lengths[i]. */
   size_t n_loss_tokens;        /* 0 or n. */
@@ -111,14 +115,14 @@ typedef struct pk_request {
 /* One micro-batch of one rank. All arrays point into storage owned by the
  * plan. */
 typedef struct pk_micro {
-  const uint32_t *seqs;              /* nseqs indices into lengths, packed order. */
-  const int32_t *cu_seqlens;         /* nseqs + 1, real lengths, leading 0. */
-  const int32_t *cu_seqlens_padded;  /* nseqs + 1, aligned slots, leading 0. */
+  const uint32_t *seqs;             /* nseqs indices into lengths, packed order. */
+  const int32_t *cu_seqlens;        /* nseqs + 1, real lengths, leading 0. */
+  const int32_t *cu_seqlens_padded; /* nseqs + 1, aligned slots, leading 0. */
   uint32_t nseqs;
-  uint32_t max_seqlen;               /* Largest aligned slot (PACKED/FIXED) or padded width. */
-  uint32_t padded_width;             /* PADDED mode: the row width; else 0. */
-  uint64_t tokens;                   /* Real tokens. */
-  uint64_t padded_tokens;            /* Footprint over all CP ranks. */
+  uint32_t max_seqlen;    /* Largest aligned slot (PACKED/FIXED) or padded width. */
+  uint32_t padded_width;  /* PADDED mode: the row width; else 0. */
+  uint64_t tokens;        /* Real tokens. */
+  uint64_t padded_tokens; /* Footprint over all CP ranks. */
   double cost;
   double loss_scale;
 } pk_micro_t;
@@ -138,17 +142,17 @@ typedef struct pk_stats {
   uint64_t padded_tokens;
   double pad_fraction;
   double total_cost;
-  double step_cost;             /* Sum over slots of the max over ranks. */
-  double step_cost_lower_bound; /* A proven lower bound on step_cost. */
-  double lockstep_efficiency;   /* (total_cost / dp) / step_cost. */
+  double step_cost;                 /* Sum over slots of the max over ranks. */
+  double step_cost_lower_bound;     /* A proven lower bound on step_cost. */
+  double lockstep_efficiency;       /* (total_cost / dp) / step_cost. */
   double lockstep_efficiency_bound; /* (total_cost / dp) / step_cost_lower_bound. */
-  double dp_imbalance;          /* Max rank cost / mean rank cost. */
+  double dp_imbalance;              /* Max rank cost / mean rank cost. */
   uint32_t cap_violations;
   uint64_t plan_time_us;
   uint32_t plan_micros;
   uint32_t zero_length;
   uint32_t alignment;
-  uint64_t max_micro_tokens;    /* Largest per-CP-rank footprint. */
+  uint64_t max_micro_tokens; /* Largest per-CP-rank footprint. */
 } pk_stats_t;
 
 typedef struct pk_plan {
@@ -156,7 +160,7 @@ typedef struct pk_plan {
   uint32_t mini_batches;
   const pk_cell_t *cells; /* dp * mini_batches, index rank * mini_batches + mini. */
   pk_stats_t stats;
-  void *storage_;         /* Private. */
+  void *storage_; /* Private. */
 } pk_plan_t;
 
 /* Plans `req`. On success returns 0 and stores a new plan in *out (free it

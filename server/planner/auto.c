@@ -1,0 +1,616 @@
+/* AUTO: packd's own DP balancing and micro-batching, planned jointly.
+ *
+ * Ranks run micro-batch j at the same time (lock step), so what costs time is
+ * the costliest rank of every micro-batch slot ("column"). AUTO therefore
+ * builds columns, not ranks:
+ *
+ *  1. Items are sorted by cost, descending, and cut into tiers of dp items.
+ *     The items of one tier are alike, so giving one to every rank keeps the
+ *     ranks' profiles alike (and the counts equal).
+ *  2. M columns of dp micro-batches each, M = the lower bound (token cap,
+ *     max_seqs, min_micro_batches, rounded to microbatch_group). Tier j < M
+ *     opens column j; later tiers go whole into the first column where they
+ *     fit (first fit decreasing over columns, so columns fill up one after the
+ *     other and room is not scattered). Inside a column the tier's costliest
+ *     item goes to the cheapest micro-batch (LPT), which keeps the column
+ *     level; when that breaks the cap, the largest item goes to the emptiest
+ *     micro-batch instead.
+ *  3. When a tier fits no column (the batch is nearly as large as M columns
+ *     hold), the remaining items go one by one, largest first, to the first
+ *     micro-batch with room (first fit decreasing). With equal_count this
+ *     would break equal counts, so M grows by one group instead.
+ *  4. Refinement: inside every column, items are moved or swapped between
+ *     the costliest and the cheapest micro-batches while that lowers the
+ *     column's maximum.
+ *  5. Columns are dealt to ranks: micro-batches of a column may be given to
+ *     ranks in any order without changing the step time, so each column's
+ *     costliest micro-batch goes to the rank with the least total cost so far
+ *     (DP balance for free).
+ *
+ * When nothing fits, M grows by one group and packing starts again.
+ * Costs: O(n log n) for the sort and O(n log n) per packing try, plus the
+ * bounded refinement. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "pk_internal.h"
+
+/* Candidate columns or micro-batches tried for one tier or item. */
+#define PK_AUTO_TRIES 64
+
+/* A max segment tree over room left, to find the first column or
+ * micro-batch with at least a given room in O(log size). */
+typedef struct room_tree {
+  uint32_t leaves; /* A power of two >= size. */
+  uint64_t *t;     /* 2 * leaves; t[leaves + i] is the room of entry i. */
+} room_tree_t;
+
+static int tree_init(room_tree_t *rt, uint32_t size) {
+  rt->leaves = 1;
+  while (rt->leaves < size)
+    rt->leaves *= 2;
+  rt->t = pk_calloc((size_t)rt->leaves * 2, sizeof *rt->t);
+  return rt->t == NULL ? PK_ENOMEM : 0;
+}
+
+static void tree_set(room_tree_t *rt, uint32_t i, uint64_t room) {
+  uint32_t p = rt->leaves + i;
+  rt->t[p] = room;
+  for (p /= 2; p >= 1; p /= 2)
+    rt->t[p] = PK_MAX(rt->t[2 * p], rt->t[2 * p + 1]);
+}
+
+/* The first entry at or after `from` with room >= need, or UINT32_MAX. */
+static uint32_t tree_find(const room_tree_t *rt, uint32_t from, uint64_t need) {
+  if (from >= rt->leaves)
+    return UINT32_MAX;
+  uint32_t p = rt->leaves + from;
+  if (rt->t[p] >= need)
+    return from;
+  /* Climb until a right sibling subtree holds a candidate. */
+  for (;;) {
+    if (p == 1)
+      return UINT32_MAX;
+    if ((p & 1) == 0 && rt->t[p + 1] >= need) {
+      p = p + 1;
+      break;
+    }
+    p /= 2;
+  }
+  while (p < rt->leaves)
+    p = rt->t[2 * p] >= need ? 2 * p : 2 * p + 1;
+  return p - rt->leaves;
+}
+
+typedef struct auto_state {
+  const pk_ctx_t *ctx;
+  uint32_t dp, m;
+  pk_bin_t *bins;      /* m * dp, bin = column * dp + slot. */
+  uint64_t *col_foot;  /* Largest micro-batch footprint of the column. */
+  uint32_t *slots;     /* dp scratch. */
+  uint32_t *tmp;       /* dp scratch. */
+  uint32_t *item_bin;  /* n */
+  room_tree_t cols;    /* Room of the fullest micro-batch of each column. */
+  room_tree_t bins_rt; /* Room of each micro-batch (phase 3). */
+} auto_state_t;
+
+/* The room micro-batch i has left (0 when it holds max_seqs items). */
+static uint64_t bin_room(const auto_state_t *s, uint32_t i) {
+  const pk_bin_t *b = &s->bins[i];
+  const pk_cfg_t *cfg = s->ctx->cfg;
+  if (b->count >= cfg->max_seqs)
+    return 0;
+  uint64_t f = pk_bin_footprint(cfg, b);
+  return f >= cfg->cap ? 0 : cfg->cap - f;
+}
+
+/* Orders the dp bins of a column (slot numbers in s->slots): by cost
+ * ascending (by_foot false) or by footprint ascending (by_foot true), ties by
+ * the other key, then slot. A merge sort: deterministic and O(dp log dp). */
+static bool slot_less(const auto_state_t *s, uint32_t base, uint32_t a, uint32_t b, bool by_foot) {
+  const pk_bin_t *x = &s->bins[base + a], *y = &s->bins[base + b];
+  uint64_t fx = pk_bin_footprint(s->ctx->cfg, x), fy = pk_bin_footprint(s->ctx->cfg, y);
+  if (by_foot && fx != fy)
+    return fx < fy;
+  if (x->cost != y->cost)
+    return x->cost < y->cost;
+  if (fx != fy)
+    return fx < fy;
+  return a < b;
+}
+
+static void sort_slots(auto_state_t *s, uint32_t base, bool by_foot) {
+  uint32_t dp = s->dp;
+  uint32_t *a = s->slots, *t = s->tmp;
+  for (uint32_t i = 0; i < dp; i++)
+    a[i] = i;
+  for (uint32_t w = 1; w < dp; w *= 2) {
+    for (uint32_t lo = 0; lo < dp; lo += 2 * w) {
+      uint32_t mid = PK_MIN(lo + w, dp), hi = PK_MIN(lo + 2 * w, dp);
+      uint32_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        t[k++] = slot_less(s, base, a[j], a[i], by_foot) ? a[j++] : a[i++];
+      while (i < mid)
+        t[k++] = a[i++];
+      while (j < hi)
+        t[k++] = a[j++];
+    }
+    memcpy(a, t, (size_t)dp * sizeof *a);
+  }
+}
+
+/* Places a whole tier (dp items, costliest first) into column c, or returns
+ * false and changes nothing. */
+static bool place_tier(auto_state_t *s, uint32_t c, const uint32_t *items) {
+  uint32_t base = c * s->dp;
+  for (int attempt = 0; attempt < 2; attempt++) {
+    sort_slots(s, base, attempt == 1);
+    bool ok = true;
+    for (uint32_t i = 0; i < s->dp && ok; i++)
+      ok = pk_bin_fits(s->ctx, &s->bins[base + s->slots[i]], items[i]);
+    if (!ok)
+      continue;
+    uint64_t foot = s->col_foot[c];
+    for (uint32_t i = 0; i < s->dp; i++) {
+      pk_bin_t *b = &s->bins[base + s->slots[i]];
+      pk_bin_add(s->ctx, b, items[i]);
+      s->item_bin[items[i]] = base + s->slots[i];
+      foot = PK_MAX(foot, pk_bin_footprint(s->ctx->cfg, b));
+    }
+    s->col_foot[c] = foot;
+    /* A column with a full micro-batch (count or tokens) takes no tier. */
+    uint64_t room = UINT64_MAX;
+    for (uint32_t q = 0; q < s->dp; q++)
+      room = PK_MIN(room, bin_room(s, base + q));
+    tree_set(&s->cols, c, room);
+    return true;
+  }
+  return false;
+}
+
+/* Phase 3: items one by one, largest first, to the first micro-batch with
+ * room. */
+static int place_rest(auto_state_t *s, const uint32_t *items, uint32_t count) {
+  if (count == 0)
+    return 0;
+  uint32_t nbins = s->m * s->dp;
+  for (uint32_t i = 0; i < nbins; i++)
+    tree_set(&s->bins_rt, i, bin_room(s, i));
+  for (uint32_t j = 0; j < count; j++) {
+    uint32_t k = items[j];
+    uint64_t need = s->ctx->cfg->mode == PK_MODE_PADDED ? 1 : PK_MAX(s->ctx->size[k], 1);
+    uint32_t at = 0, tries = 0;
+    for (;;) {
+      at = tree_find(&s->bins_rt, at, need);
+      if (at == UINT32_MAX || at >= nbins || tries++ >= PK_AUTO_TRIES)
+        return PK_EPRECOND;
+      if (pk_bin_fits(s->ctx, &s->bins[at], k))
+        break;
+      at++;
+    }
+    pk_bin_add(s->ctx, &s->bins[at], k);
+    s->item_bin[k] = at;
+    tree_set(&s->bins_rt, at, bin_room(s, at));
+  }
+  return 0;
+}
+
+/* One packing try with m columns. Returns 0, PK_EPRECOND (does not fit) or
+ * PK_ENOMEM. */
+static int try_pack(auto_state_t *s, const uint32_t *order) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n;
+  memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
+  memset(s->col_foot, 0, (size_t)m * sizeof *s->col_foot);
+  memset(s->cols.t, 0, (size_t)s->cols.leaves * 2 * sizeof *s->cols.t);
+  memset(s->bins_rt.t, 0, (size_t)s->bins_rt.leaves * 2 * sizeof *s->bins_rt.t);
+  uint32_t tiers = n / dp, t = 0;
+  for (; t < tiers; t++) {
+    const uint32_t *items = order + (size_t)t * dp;
+    if (t < m) {
+      if (!place_tier(s, t, items))
+        return PK_EPRECOND; /* Cannot happen: every item fits alone. */
+      continue;
+    }
+    /* The smallest item of the tier goes to the fullest micro-batch at
+     * best, so a column needs at least that much room. */
+    uint64_t need = PK_MAX(ctx->size[items[dp - 1]], 1);
+    if (ctx->cfg->mode == PK_MODE_PADDED)
+      need = 1;
+    bool placed = false;
+    uint32_t at = 0;
+    for (uint32_t tries = 0; tries < PK_AUTO_TRIES; tries++) {
+      at = tree_find(&s->cols, at, need);
+      if (at == UINT32_MAX || at >= m)
+        break;
+      if (place_tier(s, at, items)) {
+        placed = true;
+        break;
+      }
+      at++;
+    }
+    if (!placed)
+      break;
+  }
+  /* With equal counts every tier must stay whole. */
+  if (t < tiers && ctx->cfg->equal_count)
+    return PK_EPRECOND;
+  return place_rest(s, order + (size_t)t * dp, n - t * dp);
+}
+
+/* The footprint bin i would have with item `out` replaced by item `in`
+ * (either may be UINT32_MAX for none). */
+static uint64_t foot_after(const auto_state_t *s, const uint32_t *head, const uint32_t *next,
+                           uint32_t i, uint32_t out, uint32_t in) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_bin_t *b = &s->bins[i];
+  if (ctx->cfg->mode != PK_MODE_PADDED) {
+    uint64_t f = b->sum;
+    if (out != UINT32_MAX)
+      f -= ctx->size[out];
+    if (in != UINT32_MAX)
+      f += ctx->size[in];
+    return f;
+  }
+  uint64_t w = in != UINT32_MAX ? ctx->size[in] : 0;
+  for (uint32_t k = head[i]; k != UINT32_MAX; k = next[k])
+    if (k != out && ctx->size[k] > w)
+      w = ctx->size[k];
+  uint32_t cnt = b->count - (out != UINT32_MAX) + (in != UINT32_MAX);
+  return (uint64_t)cnt * w;
+}
+
+static void list_remove(uint32_t *head, uint32_t *next, uint32_t i, uint32_t k) {
+  uint32_t *p = &head[i];
+  while (*p != k)
+    p = &next[*p];
+  *p = next[k];
+}
+
+static void move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t k, uint32_t to) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t from = s->item_bin[k];
+  list_remove(head, next, from, k);
+  next[k] = head[to];
+  head[to] = k;
+  s->item_bin[k] = to;
+  pk_bin_t *a = &s->bins[from];
+  a->sum -= ctx->size[k];
+  a->count--;
+  a->cost -= ctx->cost[k];
+  a->width = 0;
+  for (uint32_t q = head[from]; q != UINT32_MAX; q = next[q])
+    a->width = PK_MAX(a->width, ctx->size[q]);
+  pk_bin_add(ctx, &s->bins[to], k);
+}
+
+/* Lock-step refinement: inside every column, repeatedly take the costliest
+ * micro-batch and move one item to, or swap one pair with, one of the
+ * cheapest micro-batches of the column when that lowers the column's
+ * maximum and keeps both under the cap. Moves are skipped with equal_count
+ * (they change counts); swaps keep counts. Bounded work per column. */
+#define PK_REFINE_PARTNERS 4
+static int refine_columns(auto_state_t *s) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n;
+  if (dp < 2)
+    return 0;
+  uint32_t nbins = m * dp;
+  uint32_t *head = pk_malloc_array(nbins, sizeof *head);
+  uint32_t *next = pk_malloc_array(n, sizeof *next);
+  if (head == NULL || next == NULL) {
+    free(head);
+    free(next);
+    return PK_ENOMEM;
+  }
+  for (uint32_t i = 0; i < nbins; i++)
+    head[i] = UINT32_MAX;
+  for (uint32_t k = n; k-- > 0;) {
+    next[k] = head[s->item_bin[k]];
+    head[s->item_bin[k]] = k;
+  }
+  for (uint32_t c = 0; c < m; c++) {
+    uint32_t base = c * dp;
+    for (uint32_t iter = 0; iter < 4 * dp; iter++) {
+      uint32_t x = base;
+      for (uint32_t q = 1; q < dp; q++)
+        if (s->bins[base + q].cost > s->bins[x].cost)
+          x = base + q;
+      /* The cheapest few micro-batches of the column. */
+      uint32_t part[PK_REFINE_PARTNERS];
+      uint32_t np = 0;
+      for (uint32_t q = 0; q < dp; q++) {
+        uint32_t y = base + q;
+        if (y == x)
+          continue;
+        uint32_t at = np < PK_REFINE_PARTNERS ? np++ : PK_REFINE_PARTNERS;
+        if (at == PK_REFINE_PARTNERS) {
+          if (s->bins[y].cost >= s->bins[part[np - 1]].cost)
+            continue;
+          at = np - 1;
+        }
+        while (at > 0 && s->bins[part[at - 1]].cost > s->bins[y].cost) {
+          part[at] = part[at - 1];
+          at--;
+        }
+        part[at] = y;
+      }
+      double cx = s->bins[x].cost;
+      double best = cx;
+      uint32_t ba = UINT32_MAX, bb = UINT32_MAX, by = UINT32_MAX;
+      for (uint32_t p = 0; p < np; p++) {
+        uint32_t y = part[p];
+        double cy = s->bins[y].cost;
+        double gap = cx - cy;
+        if (gap <= cx * 1e-9)
+          continue;
+        for (uint32_t a = head[x]; a != UINT32_MAX; a = next[a]) {
+          double ca = ctx->cost[a];
+          if (!cfg->equal_count && ca < gap && s->bins[y].count < cfg->max_seqs &&
+              s->bins[x].count > 1) {
+            double nm = PK_MAX(cx - ca, cy + ca);
+            if (nm < best && foot_after(s, head, next, y, UINT32_MAX, a) <= cfg->cap) {
+              best = nm;
+              ba = a;
+              bb = UINT32_MAX;
+              by = y;
+            }
+          }
+          for (uint32_t b = head[y]; b != UINT32_MAX; b = next[b]) {
+            double d = ca - ctx->cost[b];
+            if (d <= 0 || d >= gap)
+              continue;
+            double nm = PK_MAX(cx - d, cy + d);
+            if (nm < best && foot_after(s, head, next, x, a, b) <= cfg->cap &&
+                foot_after(s, head, next, y, b, a) <= cfg->cap) {
+              best = nm;
+              ba = a;
+              bb = b;
+              by = y;
+            }
+          }
+        }
+      }
+      if (ba == UINT32_MAX || best > cx - cx * 1e-9)
+        break;
+      move_item(s, head, next, ba, by);
+      if (bb != UINT32_MAX)
+        move_item(s, head, next, bb, x);
+    }
+  }
+  free(head);
+  free(next);
+  return 0;
+}
+
+/* Deals the micro-batches of every column to ranks (step 4 above) and writes
+ * the assignment. */
+static int deal_columns(auto_state_t *s, pk_assign_t *out) {
+  uint32_t dp = s->dp, m = s->m, n = s->ctx->n;
+  double *rank_cost = pk_calloc(dp, sizeof *rank_cost);
+  double *col_max = pk_malloc_array(m, sizeof *col_max);
+  uint32_t *cols = pk_malloc_array(m, sizeof *cols);
+  uint32_t *ctmp = pk_malloc_array(m, sizeof *ctmp);
+  uint32_t *ranks = pk_malloc_array(dp, sizeof *ranks);
+  uint32_t *slot_rank = pk_malloc_array((size_t)m * dp, sizeof *slot_rank);
+  int rc = 0;
+  if (rank_cost == NULL || col_max == NULL || cols == NULL || ctmp == NULL || ranks == NULL ||
+      slot_rank == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  for (uint32_t c = 0; c < m; c++) {
+    cols[c] = c;
+    col_max[c] = 0;
+    for (uint32_t q = 0; q < dp; q++)
+      col_max[c] = PK_MAX(col_max[c], s->bins[(size_t)c * dp + q].cost);
+  }
+  /* Columns by their maximum, descending (merge sort, stable). */
+  for (uint32_t w = 1; w < m; w *= 2) {
+    for (uint32_t lo = 0; lo < m; lo += 2 * w) {
+      uint32_t mid = PK_MIN(lo + w, m), hi = PK_MIN(lo + 2 * w, m);
+      uint32_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        ctmp[k++] = col_max[cols[j]] > col_max[cols[i]] ? cols[j++] : cols[i++];
+      while (i < mid)
+        ctmp[k++] = cols[i++];
+      while (j < hi)
+        ctmp[k++] = cols[j++];
+    }
+    memcpy(cols, ctmp, (size_t)m * sizeof *cols);
+  }
+  for (uint32_t ci = 0; ci < m; ci++) {
+    uint32_t c = cols[ci];
+    uint32_t base = c * dp;
+    /* Micro-batches of the column, costliest first: sort_slots gives
+     * ascending cost, so walk it backwards. */
+    sort_slots(s, base, false);
+    /* Ranks by total cost ascending (insertion into a merge-sorted list). */
+    for (uint32_t r = 0; r < dp; r++)
+      ranks[r] = r;
+    for (uint32_t w = 1; w < dp; w *= 2) {
+      for (uint32_t lo = 0; lo < dp; lo += 2 * w) {
+        uint32_t mid = PK_MIN(lo + w, dp), hi = PK_MIN(lo + 2 * w, dp);
+        uint32_t i = lo, j = mid, k = lo;
+        while (i < mid && j < hi)
+          s->tmp[k++] = rank_cost[ranks[j]] < rank_cost[ranks[i]] ? ranks[j++] : ranks[i++];
+        while (i < mid)
+          s->tmp[k++] = ranks[i++];
+        while (j < hi)
+          s->tmp[k++] = ranks[j++];
+      }
+      memcpy(ranks, s->tmp, (size_t)dp * sizeof *ranks);
+    }
+    for (uint32_t i = 0; i < dp; i++) {
+      uint32_t slot = s->slots[dp - 1 - i];
+      slot_rank[base + slot] = ranks[i];
+      rank_cost[ranks[i]] += s->bins[base + slot].cost;
+    }
+  }
+  for (uint32_t k = 0; k < n; k++) {
+    uint32_t bin = s->item_bin[k];
+    out->rank[k] = slot_rank[bin];
+    out->micro[k] = bin / dp;
+    out->pos[k] = k;
+  }
+  out->nmicro = m;
+  out->columns = true;
+done:
+  free(rank_cost);
+  free(col_max);
+  free(cols);
+  free(ctmp);
+  free(ranks);
+  free(slot_rank);
+  return rc;
+}
+
+int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t dp = cfg->dp, n = ctx->n;
+  uint32_t max_m = n / dp;
+  uint32_t m = pk_micro_lower_bound(ctx);
+  auto_state_t s = {.ctx = ctx, .dp = dp};
+  int rc = 0;
+  uint32_t *order = pk_malloc_array(n, sizeof *order);
+  s.bins = pk_malloc_array((size_t)max_m * dp, sizeof *s.bins);
+  s.col_foot = pk_malloc_array(max_m, sizeof *s.col_foot);
+  s.slots = pk_malloc_array(dp, sizeof *s.slots);
+  s.tmp = pk_malloc_array(dp, sizeof *s.tmp);
+  s.item_bin = pk_malloc_array(n, sizeof *s.item_bin);
+  if (order == NULL || s.bins == NULL || s.col_foot == NULL || s.slots == NULL || s.tmp == NULL ||
+      s.item_bin == NULL || tree_init(&s.cols, max_m) != 0 ||
+      tree_init(&s.bins_rt, max_m * dp) != 0) {
+    rc = pk_fail(err, errlen, PK_ENOMEM, "%u sequences: out of memory", n);
+    goto done;
+  }
+  for (uint32_t k = 0; k < n; k++)
+    order[k] = k;
+  pk_sort_by_cost_desc(ctx, order, n);
+
+  for (;;) {
+    if (m > max_m || m == 0) {
+      rc = pk_fail(err, errlen, PK_EPRECOND,
+                   "%u sequences cannot be packed for parallel.dp %u under batching.max_tokens "
+                   "and max_seqs with at most %u micro-batches per rank (each micro-batch needs "
+                   "a sequence); raise the cap or send more sequences",
+                   n, dp, max_m);
+      goto done;
+    }
+    s.m = m;
+    rc = try_pack(&s, order);
+    if (rc == 0)
+      rc = refine_columns(&s);
+    if (rc == 0)
+      break;
+    if (rc != PK_EPRECOND) {
+      pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
+      goto done;
+    }
+    m += cfg->group;
+  }
+  rc = deal_columns(&s, out);
+  if (rc != 0)
+    pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
+done:
+  free(order);
+  free(s.bins);
+  free(s.col_foot);
+  free(s.cols.t);
+  free(s.bins_rt.t);
+  free(s.slots);
+  free(s.tmp);
+  free(s.item_bin);
+  return rc;
+}
+
+int pk_auto_dp(const pk_ctx_t *ctx, uint32_t *rank) {
+  uint32_t dp = ctx->cfg->dp, n = ctx->n;
+  uint32_t *order = pk_malloc_array(n, sizeof *order);
+  uint32_t *ranks = pk_malloc_array(dp, sizeof *ranks);
+  uint32_t *tmp = pk_malloc_array(dp, sizeof *tmp);
+  double *total = pk_calloc(dp, sizeof *total);
+  int rc = 0;
+  if (order == NULL || ranks == NULL || tmp == NULL || total == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  for (uint32_t k = 0; k < n; k++)
+    order[k] = k;
+  pk_sort_by_cost_desc(ctx, order, n);
+  for (uint32_t t = 0; t < n; t += dp) {
+    for (uint32_t r = 0; r < dp; r++)
+      ranks[r] = r;
+    for (uint32_t w = 1; w < dp; w *= 2) {
+      for (uint32_t lo = 0; lo < dp; lo += 2 * w) {
+        uint32_t mid = PK_MIN(lo + w, dp), hi = PK_MIN(lo + 2 * w, dp);
+        uint32_t i = lo, j = mid, k = lo;
+        while (i < mid && j < hi)
+          tmp[k++] = total[ranks[j]] < total[ranks[i]] ? ranks[j++] : ranks[i++];
+        while (i < mid)
+          tmp[k++] = ranks[i++];
+        while (j < hi)
+          tmp[k++] = ranks[j++];
+      }
+      memcpy(ranks, tmp, (size_t)dp * sizeof *ranks);
+    }
+    for (uint32_t i = 0; i < dp && t + i < n; i++) {
+      uint32_t k = order[t + i];
+      rank[k] = ranks[i];
+      total[ranks[i]] += ctx->cost[k];
+    }
+  }
+done:
+  free(order);
+  free(ranks);
+  free(tmp);
+  free(total);
+  return rc;
+}
+
+int pk_auto_micro(const pk_ctx_t *ctx, const uint32_t *items, uint32_t nitems, uint32_t count,
+                  uint32_t *micro) {
+  if (count == 0 || count > nitems)
+    return PK_EPRECOND;
+  pk_bin_t *bins = pk_calloc(count, sizeof *bins);
+  uint32_t *order = pk_malloc_array(nitems, sizeof *order);
+  uint32_t *pos = pk_malloc_array(ctx->n, sizeof *pos);
+  int rc = 0;
+  if (bins == NULL || order == NULL || pos == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  for (uint32_t j = 0; j < nitems; j++) {
+    order[j] = items[j];
+    pos[items[j]] = j;
+  }
+  pk_sort_by_cost_desc(ctx, order, nitems);
+  /* LPT: each item, costliest first, to the cheapest micro-batch with room;
+   * the first `count` items open one micro-batch each. */
+  for (uint32_t j = 0; j < nitems; j++) {
+    uint32_t k = order[j];
+    uint32_t best = UINT32_MAX;
+    for (uint32_t q = 0; q < count; q++) {
+      if (!pk_bin_fits(ctx, &bins[q], k))
+        continue;
+      if (best == UINT32_MAX || bins[q].count == 0 ||
+          (bins[best].count != 0 && bins[q].cost < bins[best].cost)) {
+        best = q;
+        if (bins[q].count == 0)
+          break;
+      }
+    }
+    if (best == UINT32_MAX) {
+      rc = PK_EPRECOND;
+      goto done;
+    }
+    pk_bin_add(ctx, &bins[best], k);
+    micro[pos[k]] = best;
+  }
+done:
+  free(bins);
+  free(order);
+  free(pos);
+  return rc;
+}

@@ -1,0 +1,169 @@
+/* Small utilities shared by the planner's source files: integer helpers,
+ * checked allocation, error messages, deterministic sorting and a seeded
+ * pseudo-random generator. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "pk_internal.h"
+
+uint64_t pk_round_up(uint64_t x, uint64_t m) {
+  if (m <= 1)
+    return x;
+  return (x + m - 1) / m * m;
+}
+
+uint64_t pk_gcd(uint64_t a, uint64_t b) {
+  while (b != 0) {
+    uint64_t t = a % b;
+    a = b;
+    b = t;
+  }
+  return a;
+}
+
+uint64_t pk_lcm(uint64_t a, uint64_t b) {
+  if (a == 0 || b == 0)
+    return 0;
+  return a / pk_gcd(a, b) * b;
+}
+
+void *pk_calloc(size_t count, size_t size) {
+  if (count == 0 || size == 0)
+    return calloc(1, 1);
+  if (count > SIZE_MAX / size)
+    return NULL;
+  return calloc(count, size);
+}
+
+void *pk_malloc_array(size_t count, size_t size) {
+  if (count == 0 || size == 0)
+    return malloc(1);
+  if (count > SIZE_MAX / size)
+    return NULL;
+  return malloc(count * size);
+}
+
+int pk_fail(char *err, size_t errlen, int code, const char *fmt, ...) {
+  if (err != NULL && errlen > 0) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+  }
+  return code;
+}
+
+const char *pk_strerror(int code) {
+  switch (code) {
+  case PK_OK:
+    return "ok";
+  case PK_EINVAL:
+    return "invalid argument";
+  case PK_EPRECOND:
+    return "failed precondition";
+  case PK_ENOMEM:
+    return "resource exhausted";
+  case PK_EINTERNAL:
+    return "internal error";
+  case PK_EDECODE:
+    return "malformed message";
+  case PK_ENOTFOUND:
+    return "not found";
+  default:
+    return "unknown error";
+  }
+}
+
+/* The sorts below use a merge sort on item numbers with an explicit
+ * comparison, so that results never depend on qsort's implementation. */
+typedef int (*pk_cmp_fn)(const pk_ctx_t *ctx, uint32_t a, uint32_t b);
+
+static void merge_sort(const pk_ctx_t *ctx, uint32_t *a, uint32_t *tmp, uint32_t n, pk_cmp_fn cmp) {
+  if (n < 2)
+    return;
+  if (n <= 16) {
+    for (uint32_t i = 1; i < n; i++) {
+      uint32_t v = a[i];
+      uint32_t j = i;
+      while (j > 0 && cmp(ctx, a[j - 1], v) > 0) {
+        a[j] = a[j - 1];
+        j--;
+      }
+      a[j] = v;
+    }
+    return;
+  }
+  uint32_t h = n / 2;
+  merge_sort(ctx, a, tmp, h, cmp);
+  merge_sort(ctx, a + h, tmp, n - h, cmp);
+  uint32_t i = 0, j = h, k = 0;
+  while (i < h && j < n)
+    tmp[k++] = cmp(ctx, a[i], a[j]) <= 0 ? a[i++] : a[j++];
+  while (i < h)
+    tmp[k++] = a[i++];
+  while (j < n)
+    tmp[k++] = a[j++];
+  for (k = 0; k < n; k++)
+    a[k] = tmp[k];
+}
+
+static int cmp_cost_desc(const pk_ctx_t *ctx, uint32_t a, uint32_t b) {
+  if (ctx->cost[a] != ctx->cost[b])
+    return ctx->cost[a] > ctx->cost[b] ? -1 : 1;
+  if (ctx->size[a] != ctx->size[b])
+    return ctx->size[a] > ctx->size[b] ? -1 : 1;
+  return a < b ? -1 : (a > b);
+}
+
+static int cmp_size_asc(const pk_ctx_t *ctx, uint32_t a, uint32_t b) {
+  if (ctx->size[a] != ctx->size[b])
+    return ctx->size[a] < ctx->size[b] ? -1 : 1;
+  return a < b ? -1 : (a > b);
+}
+
+static void sort_items(const pk_ctx_t *ctx, uint32_t *items, uint32_t n, pk_cmp_fn cmp) {
+  uint32_t *tmp = pk_malloc_array(n, sizeof *tmp);
+  if (tmp == NULL) {
+    /* Fall back to an in-place insertion sort: slow but correct. */
+    for (uint32_t i = 1; i < n; i++) {
+      uint32_t v = items[i];
+      uint32_t j = i;
+      while (j > 0 && cmp(ctx, items[j - 1], v) > 0) {
+        items[j] = items[j - 1];
+        j--;
+      }
+      items[j] = v;
+    }
+    return;
+  }
+  merge_sort(ctx, items, tmp, n, cmp);
+  free(tmp);
+}
+
+void pk_sort_by_cost_desc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n) {
+  sort_items(ctx, items, n, cmp_cost_desc);
+}
+
+void pk_sort_by_size_asc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n) {
+  sort_items(ctx, items, n, cmp_size_asc);
+}
+
+uint64_t pk_rng_next(pk_rng_t *rng) {
+  uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+uint64_t pk_rng_below(pk_rng_t *rng, uint64_t bound) {
+  if (bound <= 1)
+    return 0;
+  /* Rejection sampling keeps the draw unbiased. */
+  uint64_t limit = UINT64_MAX - UINT64_MAX % bound;
+  uint64_t x;
+  do {
+    x = pk_rng_next(rng);
+  } while (x >= limit);
+  return x % bound;
+}
