@@ -1,0 +1,343 @@
+/* Flags and PACKD_* environment variables (see config.h). One table lists
+ * every setting; parsing, usage text and the start-up line all read it. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pk_error.h"
+
+typedef enum { K_HOSTPORT, K_INT, K_BYTES, K_SECONDS, K_LEVEL, K_FLAG } kind_t;
+
+typedef struct setting {
+  const char *flag; /* Without the leading "--". */
+  const char *env;  /* NULL: no variable. */
+  kind_t kind;
+  size_t offset;    /* Of the field in pk_server_config_t. */
+  int64_t min, max; /* For K_INT and K_BYTES. */
+  const char *help;
+} setting_t;
+
+#define OFF(f) offsetof(pk_server_config_t, f)
+
+static const setting_t k_settings[] = {
+    {"listen", "PACKD_LISTEN", K_HOSTPORT, OFF(listen), 0, 0,
+     "gRPC address HOST:PORT (port 0: any free port)"},
+    {"metrics-listen", "PACKD_METRICS_LISTEN", K_HOSTPORT, OFF(metrics_listen), 0, 0,
+     "HTTP address for /metrics, /healthz, /readyz"},
+    {"workers", "PACKD_WORKERS", K_INT, OFF(workers), 1, 256,
+     "completion-queue threads; planning runs on them"},
+    {"max-inflight", "PACKD_MAX_INFLIGHT", K_INT, OFF(max_inflight), 1, 1000000,
+     "calls accepted and not finished; beyond it RESOURCE_EXHAUSTED"},
+    {"max-message-bytes", "PACKD_MAX_MESSAGE_BYTES", K_BYTES, OFF(max_message_bytes), 1024,
+     INT32_MAX, "largest gRPC message received or sent (suffix K, M, G)"},
+    {"cache-bytes", "PACKD_CACHE_BYTES", K_BYTES, OFF(cache_bytes), 0, INT64_MAX,
+     "plan cache bound in bytes; 0 disables GetRankPlan"},
+    {"cache-ttl", "PACKD_CACHE_TTL", K_SECONDS, OFF(cache_ttl), 0, 0,
+     "seconds a plan stays available to GetRankPlan"},
+    {"grace-period", "PACKD_GRACE_PERIOD", K_SECONDS, OFF(grace_period), 0, 0,
+     "seconds to finish calls in flight after SIGTERM/SIGINT"},
+    {"drain-delay", "PACKD_DRAIN_DELAY", K_SECONDS, OFF(drain_delay), 0, 0,
+     "seconds Health reports NOT_SERVING before the listener closes"},
+    {"log-level", "PACKD_LOG_LEVEL", K_LEVEL, OFF(log_level), 0, 0,
+     "debug, info, warn, error or off"},
+    {"debug-delay-ms", "PACKD_DEBUG_DELAY_MS", K_INT, OFF(debug_delay_ms), 0, 600000,
+     "testing only: sleep this long before handling each Plan"},
+    {"help", NULL, K_FLAG, OFF(show_help), 0, 0, "print this text and exit"},
+    {"version", NULL, K_FLAG, OFF(show_version), 0, 0, "print the version and exit"},
+};
+#define N_SETTINGS (sizeof k_settings / sizeof k_settings[0])
+
+void pk_config_defaults(pk_server_config_t *cfg) {
+  memset(cfg, 0, sizeof *cfg);
+  snprintf(cfg->listen, sizeof cfg->listen, "127.0.0.1:50051");
+  snprintf(cfg->metrics_listen, sizeof cfg->metrics_listen, "127.0.0.1:9464");
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  cfg->workers = ncpu < 2 ? 2 : (ncpu > 64 ? 64 : (int)ncpu);
+  cfg->max_inflight = 1024;
+  /* 64 MiB: a request with 1,000,000 sequences (lengths, loss tokens and
+   * groups) is at most about 20 MB, and its plan about 16 MB. */
+  cfg->max_message_bytes = 64LL << 20;
+  cfg->cache_bytes = 256LL << 20;
+  cfg->cache_ttl = 300.0;
+  cfg->grace_period = 10.0;
+  cfg->drain_delay = 1.0;
+  cfg->log_level = PK_LOG_INFO;
+}
+
+int pk_parse_hostport(const char *s, char *host, size_t hostlen, int *port) {
+  if (s == NULL || *s == '\0')
+    return PK_EINVAL;
+  const char *colon;
+  const char *h = s;
+  size_t hl;
+  if (s[0] == '[') {
+    const char *close = strchr(s, ']');
+    if (close == NULL || close[1] != ':')
+      return PK_EINVAL;
+    h = s + 1;
+    hl = (size_t)(close - h);
+    colon = close + 1;
+  } else {
+    colon = strrchr(s, ':');
+    if (colon == NULL || memchr(s, ':', (size_t)(colon - s)) != NULL)
+      return PK_EINVAL;
+    hl = (size_t)(colon - s);
+  }
+  if (hl == 0 || hl >= hostlen)
+    return PK_EINVAL;
+  const char *p = colon + 1;
+  if (*p == '\0')
+    return PK_EINVAL;
+  long v = 0;
+  for (; *p; p++) {
+    if (*p < '0' || *p > '9')
+      return PK_EINVAL;
+    v = v * 10 + (*p - '0');
+    if (v > 65535)
+      return PK_EINVAL;
+  }
+  memcpy(host, h, hl);
+  host[hl] = '\0';
+  *port = (int)v;
+  return PK_OK;
+}
+
+int pk_parse_bytes(const char *s, int64_t *out) {
+  if (s == NULL || *s < '0' || *s > '9')
+    return PK_EINVAL;
+  errno = 0;
+  char *end;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0)
+    return PK_EINVAL;
+  int shift = 0;
+  if (*end == 'K' || *end == 'k')
+    shift = 10;
+  else if (*end == 'M' || *end == 'm')
+    shift = 20;
+  else if (*end == 'G' || *end == 'g')
+    shift = 30;
+  if (shift != 0) {
+    end++;
+    if (*end == 'i' || *end == 'I')
+      end++;
+    if (*end == 'B' || *end == 'b')
+      end++;
+  } else if (*end == 'B' || *end == 'b') {
+    end++;
+  }
+  if (*end != '\0')
+    return PK_EINVAL;
+  if (v > ((unsigned long long)INT64_MAX >> shift))
+    return PK_EINVAL;
+  *out = (int64_t)(v << shift);
+  return PK_OK;
+}
+
+int pk_parse_seconds(const char *s, double *out) {
+  if (s == NULL || ((*s < '0' || *s > '9') && *s != '.'))
+    return PK_EINVAL;
+  errno = 0;
+  char *end;
+  double v = strtod(s, &end);
+  if (errno != 0 || end == s || !isfinite(v) || v < 0)
+    return PK_EINVAL;
+  if (strcmp(end, "ms") == 0)
+    v /= 1000.0;
+  else if (strcmp(end, "s") != 0 && *end != '\0')
+    return PK_EINVAL;
+  if (v > 1e9)
+    return PK_EINVAL;
+  *out = v;
+  return PK_OK;
+}
+
+/* Applies one value to one setting. `origin` names where it came from
+ * ("--workers" or "PACKD_WORKERS") for the error message. */
+static int apply(pk_server_config_t *cfg, const setting_t *st, const char *value,
+                 const char *origin, char *err, size_t errlen) {
+  char *field = (char *)cfg + st->offset;
+  switch (st->kind) {
+  case K_HOSTPORT: {
+    char host[PK_HOSTPORT_MAX];
+    int port;
+    if (pk_parse_hostport(value, host, sizeof host, &port) != PK_OK) {
+      snprintf(err, errlen, "%s: \"%s\" is not HOST:PORT with a port from 0 to 65535", origin,
+               value);
+      return PK_EINVAL;
+    }
+    snprintf(field, PK_HOSTPORT_MAX, "%s", value);
+    return PK_OK;
+  }
+  case K_INT: {
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 10);
+    if (errno != 0 || end == value || *end != '\0' || v < st->min || v > st->max) {
+      snprintf(err, errlen, "%s: \"%s\" is not an integer from %" PRId64 " to %" PRId64, origin,
+               value, st->min, st->max);
+      return PK_EINVAL;
+    }
+    *(int *)field = (int)v;
+    return PK_OK;
+  }
+  case K_BYTES: {
+    int64_t v;
+    if (pk_parse_bytes(value, &v) != PK_OK || v < st->min || v > st->max) {
+      snprintf(err, errlen,
+               "%s: \"%s\" is not a byte count from %" PRId64 " to %" PRId64
+               " (suffix K, M or G allowed)",
+               origin, value, st->min, st->max);
+      return PK_EINVAL;
+    }
+    *(int64_t *)field = v;
+    return PK_OK;
+  }
+  case K_SECONDS: {
+    double v;
+    if (pk_parse_seconds(value, &v) != PK_OK) {
+      snprintf(err, errlen, "%s: \"%s\" is not a number of seconds >= 0 (e.g. 10, 2.5, 500ms)",
+               origin, value);
+      return PK_EINVAL;
+    }
+    *(double *)field = v;
+    return PK_OK;
+  }
+  case K_LEVEL: {
+    pk_log_level_t lv;
+    if (pk_log_level_parse(value, &lv) != PK_OK) {
+      snprintf(err, errlen, "%s: \"%s\" is not one of debug, info, warn, error, off", origin,
+               value);
+      return PK_EINVAL;
+    }
+    *(pk_log_level_t *)field = lv;
+    return PK_OK;
+  }
+  case K_FLAG:
+    *(bool *)field = true;
+    return PK_OK;
+  }
+  return PK_EINVAL;
+}
+
+static const char *process_getenv(const char *name, void *user) {
+  (void)user;
+  return getenv(name);
+}
+
+int pk_config_load(pk_server_config_t *cfg, int argc, char *const *argv, pk_getenv_fn getenv_fn,
+                   void *user, char *err, size_t errlen) {
+  if (errlen > 0)
+    err[0] = '\0';
+  if (getenv_fn == NULL)
+    getenv_fn = process_getenv;
+  for (size_t i = 0; i < N_SETTINGS; i++) {
+    const setting_t *st = &k_settings[i];
+    if (st->env == NULL)
+      continue;
+    const char *v = getenv_fn(st->env, user);
+    if (v == NULL || *v == '\0')
+      continue;
+    int rc = apply(cfg, st, v, st->env, err, errlen);
+    if (rc != PK_OK)
+      return rc;
+  }
+  for (int a = 1; a < argc; a++) {
+    const char *arg = argv[a];
+    if (strncmp(arg, "--", 2) != 0) {
+      snprintf(err, errlen, "unexpected argument \"%s\" (flags start with --; see --help)", arg);
+      return PK_EINVAL;
+    }
+    const char *name = arg + 2;
+    const char *eq = strchr(name, '=');
+    size_t nl = eq ? (size_t)(eq - name) : strlen(name);
+    const setting_t *st = NULL;
+    for (size_t i = 0; i < N_SETTINGS; i++) {
+      if (strlen(k_settings[i].flag) == nl && strncmp(k_settings[i].flag, name, nl) == 0) {
+        st = &k_settings[i];
+        break;
+      }
+    }
+    if (st == NULL) {
+      snprintf(err, errlen, "unknown flag \"%.*s\" (see --help)", (int)(nl + 2), arg);
+      return PK_EINVAL;
+    }
+    char origin[64];
+    snprintf(origin, sizeof origin, "--%s", st->flag);
+    const char *value;
+    if (st->kind == K_FLAG) {
+      if (eq != NULL) {
+        snprintf(err, errlen, "%s takes no value, got \"%s\"", origin, eq + 1);
+        return PK_EINVAL;
+      }
+      value = "";
+    } else if (eq != NULL) {
+      value = eq + 1;
+    } else if (a + 1 < argc) {
+      value = argv[++a];
+    } else {
+      snprintf(err, errlen, "%s needs a value", origin);
+      return PK_EINVAL;
+    }
+    int rc = apply(cfg, st, value, origin, err, errlen);
+    if (rc != PK_OK)
+      return rc;
+  }
+  return PK_OK;
+}
+
+void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len) {
+  snprintf(buf, len,
+           "listen=%s metrics_listen=%s workers=%d max_inflight=%d max_message_bytes=%" PRId64
+           " cache_bytes=%" PRId64 " cache_ttl=%gs grace_period=%gs drain_delay=%gs log_level=%s%s",
+           cfg->listen, cfg->metrics_listen, cfg->workers, cfg->max_inflight,
+           cfg->max_message_bytes, cfg->cache_bytes, cfg->cache_ttl, cfg->grace_period,
+           cfg->drain_delay, pk_log_level_name(cfg->log_level),
+           cfg->debug_delay_ms > 0 ? " debug_delay_ms=set" : "");
+}
+
+void pk_config_usage(FILE *out, const char *argv0) {
+  pk_server_config_t d;
+  pk_config_defaults(&d);
+  fprintf(out,
+          "usage: %s [flags]\n\n"
+          "packd plans the batching of variable-length sequences over gRPC\n"
+          "(packd.v1.Planner/Plan, packd.v1.Planner/GetRankPlan, grpc.health.v1.Health/Check).\n"
+          "Every flag also reads an environment variable; flags win.\n\n",
+          argv0);
+  for (size_t i = 0; i < N_SETTINGS; i++) {
+    const setting_t *st = &k_settings[i];
+    char def[PK_HOSTPORT_MAX + 16] = "";
+    const char *field = (const char *)&d + st->offset;
+    switch (st->kind) {
+    case K_HOSTPORT:
+      snprintf(def, sizeof def, "%s", field);
+      break;
+    case K_INT:
+      snprintf(def, sizeof def, "%d", *(const int *)field);
+      break;
+    case K_BYTES:
+      snprintf(def, sizeof def, "%" PRId64, *(const int64_t *)field);
+      break;
+    case K_SECONDS:
+      snprintf(def, sizeof def, "%g", *(const double *)field);
+      break;
+    case K_LEVEL:
+      snprintf(def, sizeof def, "%s", pk_log_level_name(*(const pk_log_level_t *)field));
+      break;
+    case K_FLAG:
+      break;
+    }
+    fprintf(out, "  --%-18s %-24s %s", st->flag, st->env ? st->env : "", st->help);
+    if (def[0] != '\0')
+      fprintf(out, " (default %s)", def);
+    fputc('\n', out);
+  }
+  fprintf(out, "\nSignals: SIGTERM or SIGINT drains and exits 0; a second one cancels calls.\n");
+}

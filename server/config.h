@@ -1,0 +1,69 @@
+/* The packd server's configuration: command-line flags, each with a PACKD_*
+ * environment variable. Precedence: built-in defaults < environment < flags.
+ *
+ * The configuration is a plain value type with fixed-size strings; nothing in
+ * it is allocated, so it needs no free function. */
+#ifndef PK_CONFIG_H
+#define PK_CONFIG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "log.h"
+
+#define PK_HOSTPORT_MAX 256
+
+typedef struct pk_server_config {
+  char listen[PK_HOSTPORT_MAX];         /* gRPC HOST:PORT; port 0 picks a free port. */
+  char metrics_listen[PK_HOSTPORT_MAX]; /* HTTP HOST:PORT for /metrics; port 0 picks one. */
+  int workers;                          /* Completion-queue threads that also plan. */
+  int max_inflight;                     /* Calls accepted and not finished; more get
+                                         * RESOURCE_EXHAUSTED. */
+  int64_t max_message_bytes;            /* gRPC receive and send limit, per message. */
+  int64_t cache_bytes;                  /* Plan cache bound in bytes. */
+  double cache_ttl;                     /* Plan cache age bound, seconds. */
+  double grace_period;                  /* Seconds to finish calls after a signal. */
+  double drain_delay;                   /* Seconds Health says NOT_SERVING before the
+                                         * listener closes. */
+  pk_log_level_t log_level;
+  int debug_delay_ms; /* Testing only: sleep before each Plan. */
+  bool show_help;     /* --help was given; print usage and exit 0. */
+  bool show_version;  /* --version was given. */
+} pk_server_config_t;
+
+/* Looks up an environment variable; returns NULL when unset. Tests pass their
+ * own table instead of the process environment. */
+typedef const char *(*pk_getenv_fn)(const char *name, void *user);
+
+/* Fills *cfg with the built-in defaults. */
+void pk_config_defaults(pk_server_config_t *cfg);
+
+/* Applies the environment (through getenv_fn; NULL means the process
+ * environment) and then the flags argv[1..argc-1] to *cfg, which should hold
+ * the defaults. Flags are "--name value" or "--name=value". Returns 0, or
+ * PK_EINVAL with a message in err that names the flag or variable and the
+ * value. */
+int pk_config_load(pk_server_config_t *cfg, int argc, char *const *argv, pk_getenv_fn getenv_fn,
+                   void *user, char *err, size_t errlen);
+
+/* Writes the effective configuration as one line of key=value pairs. */
+void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len);
+
+/* Prints the usage text with every flag, its variable and its default. */
+void pk_config_usage(FILE *out, const char *argv0);
+
+/* Splits "HOST:PORT" (HOST may be "[v6addr]") into host and port. Returns 0
+ * or PK_EINVAL. */
+int pk_parse_hostport(const char *s, char *host, size_t hostlen, int *port);
+
+/* Parses a byte count with an optional binary suffix K, M or G ("64M").
+ * Returns 0 or PK_EINVAL. */
+int pk_parse_bytes(const char *s, int64_t *out);
+
+/* Parses a non-negative number of seconds with an optional "s" or "ms"
+ * suffix ("2.5", "500ms"). Returns 0 or PK_EINVAL. */
+int pk_parse_seconds(const char *s, double *out);
+
+#endif

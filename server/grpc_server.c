@@ -1,0 +1,522 @@
+/* The gRPC C core server of packd (see grpc_server.h).
+ *
+ * Every request handed to gRPC (grpc_server_request_*call) and every final
+ * batch uses one heap context as its tag; the out-parameters of a request
+ * live in that context, because gRPC writes them even when it fails the
+ * request at shutdown. A count of live contexts, guarded by one mutex
+ * together with the posting of new requests, tells when the server has
+ * really stopped: after the shutdown tag *and* after the last context is
+ * freed (the tag may arrive while calls are still finishing). */
+#include "grpc_server.h"
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "clock.h"
+#include "handlers.h"
+#include "log.h"
+#include "pk_error.h"
+
+typedef enum { K_PLAN = 0, K_GET_RANK = 1, K_HEALTH = 2, K_GENERIC = 3, K_KINDS = 4 } kind_t;
+
+static const char *const k_paths[K_GENERIC] = {
+    "/packd.v1.Planner/Plan",
+    "/packd.v1.Planner/GetRankPlan",
+    "/grpc.health.v1.Health/Check",
+};
+
+static const pk_method_t k_kind_method[K_KINDS] = {PK_METHOD_PLAN, PK_METHOD_GET_RANK_PLAN,
+                                                   PK_METHOD_HEALTH_CHECK, PK_METHOD_UNKNOWN};
+
+typedef struct call_ctx {
+  pk_grpc_server_t *srv;
+  kind_t kind;
+  int finishing; /* 0: a pending request; 1: the final batch is running. */
+  /* Out-parameters of the request; gRPC fills them. */
+  grpc_call *call;
+  gpr_timespec deadline;
+  grpc_metadata_array md;
+  grpc_byte_buffer *payload;
+  grpc_call_details details; /* Generic requests only. */
+  /* The answer. */
+  int cancelled;
+  grpc_slice status_details;
+  int has_status_details;
+  grpc_byte_buffer *reply_bb;
+  int code;
+  int counted_inflight;
+  double t_accept;
+  uint64_t sequences;
+  char plan_id[40];
+  char note[512]; /* Status message, for the log line. */
+} call_ctx_t;
+
+struct pk_grpc_server {
+  pk_server_config_t cfg;
+  grpc_server *server;
+  grpc_completion_queue *cq;
+  void *methods[K_GENERIC];
+  pthread_t *threads;
+  int nthreads;
+  pk_plan_cache_t *cache;
+  pk_metrics_t *metrics;
+  pk_stopped_fn on_stopped;
+  void *user;
+  atomic_bool serving;
+  pthread_mutex_t mu;
+  int shutdown_started;
+  int shutdown_done;
+  int stopped_signalled;
+  int forced; /* Idle connections were closed after the last call. */
+  long contexts;
+  char shutdown_tag; /* Its address is the shutdown tag. */
+};
+
+/* Under s->mu: tells the controlling thread once that everything is over. */
+static int take_stop_locked(pk_grpc_server_t *s) {
+  if (s->shutdown_done && s->contexts == 0 && !s->stopped_signalled) {
+    s->stopped_signalled = 1;
+    return 1;
+  }
+  return 0;
+}
+
+static void free_ctx(call_ctx_t *ctx) {
+  pk_grpc_server_t *s = ctx->srv;
+  grpc_metadata_array_destroy(&ctx->md);
+  if (ctx->kind == K_GENERIC)
+    grpc_call_details_destroy(&ctx->details);
+  if (ctx->payload != NULL)
+    grpc_byte_buffer_destroy(ctx->payload);
+  if (ctx->reply_bb != NULL)
+    grpc_byte_buffer_destroy(ctx->reply_bb);
+  if (ctx->has_status_details)
+    grpc_slice_unref(ctx->status_details);
+  if (ctx->call != NULL)
+    grpc_call_unref(ctx->call);
+  if (ctx->counted_inflight)
+    atomic_fetch_sub(&s->metrics->inflight, 1);
+  free(ctx);
+  pthread_mutex_lock(&s->mu);
+  s->contexts--;
+  int stop = take_stop_locked(s);
+  /* Shutdown waits for every client connection to close, and an idle
+   * client may keep its connection for seconds after the GOAWAY. Once the
+   * last call is answered nothing is left to wait for: disconnect them. */
+  int force = s->shutdown_started && !s->shutdown_done && s->contexts == 0 && !s->forced;
+  if (force)
+    s->forced = 1;
+  pthread_mutex_unlock(&s->mu);
+  if (force)
+    grpc_server_cancel_all_calls(s->server);
+  if (stop)
+    s->on_stopped(s->user);
+}
+
+/* Keeps one more request of `kind` pending. Does nothing once shutdown has
+ * begun. Returns 0, or -1 when no request could be posted. */
+static int post_request(pk_grpc_server_t *s, kind_t kind) {
+  pthread_mutex_lock(&s->mu);
+  if (s->shutdown_started) {
+    pthread_mutex_unlock(&s->mu);
+    return 0;
+  }
+  call_ctx_t *ctx = calloc(1, sizeof *ctx);
+  if (ctx == NULL) {
+    pthread_mutex_unlock(&s->mu);
+    PK_LOG_ERROR("out of memory posting a %s request", pk_method_name(k_kind_method[kind]));
+    return -1;
+  }
+  ctx->srv = s;
+  ctx->kind = kind;
+  grpc_metadata_array_init(&ctx->md);
+  grpc_call_error err;
+  if (kind == K_GENERIC) {
+    grpc_call_details_init(&ctx->details);
+    err =
+        grpc_server_request_call(s->server, &ctx->call, &ctx->details, &ctx->md, s->cq, s->cq, ctx);
+  } else {
+    err =
+        grpc_server_request_registered_call(s->server, s->methods[kind], &ctx->call, &ctx->deadline,
+                                            &ctx->md, &ctx->payload, s->cq, s->cq, ctx);
+  }
+  if (err != GRPC_CALL_OK) {
+    pthread_mutex_unlock(&s->mu);
+    grpc_metadata_array_destroy(&ctx->md);
+    if (kind == K_GENERIC)
+      grpc_call_details_destroy(&ctx->details);
+    free(ctx);
+    PK_LOG_ERROR("cannot post a %s request: grpc_call_error %d",
+                 pk_method_name(k_kind_method[kind]), (int)err);
+    return -1;
+  }
+  s->contexts++;
+  pthread_mutex_unlock(&s->mu);
+  return 0;
+}
+
+/* Records and logs a finished call, then frees its context. */
+static void finish_call(call_ctx_t *ctx) {
+  pk_grpc_server_t *s = ctx->srv;
+  double secs = pk_monotonic_seconds() - ctx->t_accept;
+  int code = ctx->code;
+  if (code == PK_GRPC_OK && ctx->cancelled)
+    code = 1; /* CANCELLED: the answer did not reach the client. */
+  pk_method_t method = k_kind_method[ctx->kind];
+  pk_metrics_request(s->metrics, method, code, secs);
+  if (code != PK_GRPC_OK) {
+    pk_log(code == PK_GRPC_INTERNAL ? PK_LOG_ERROR : PK_LOG_WARN,
+           "rpc %s code=%s %.3fms seqs=%llu plan_id=%s: %s", pk_method_name(method),
+           pk_grpc_code_name(code), secs * 1e3, (unsigned long long)ctx->sequences,
+           ctx->plan_id[0] ? ctx->plan_id : "-", ctx->note);
+  } else if (pk_log_enabled(PK_LOG_DEBUG)) {
+    pk_log(PK_LOG_DEBUG, "rpc %s code=OK %.3fms seqs=%llu plan_id=%s", pk_method_name(method),
+           secs * 1e3, (unsigned long long)ctx->sequences, ctx->plan_id[0] ? ctx->plan_id : "-");
+  }
+  free_ctx(ctx);
+}
+
+/* Starts the one final batch of a call: initial metadata, the message (on
+ * success), the status and the close. Takes reply->bytes. */
+static void send_answer(call_ctx_t *ctx, pk_reply_t *reply) {
+  grpc_op ops[4];
+  memset(ops, 0, sizeof ops);
+  size_t n = 0;
+  ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[n].data.send_initial_metadata.count = 0;
+  n++;
+  if (reply->code == PK_GRPC_OK && reply->bytes != NULL) {
+    grpc_slice slice;
+    if (reply->len > 0) {
+      /* gRPC frees the bytes with free() when it is done: no copy. */
+      slice = grpc_slice_new(reply->bytes, reply->len, free);
+    } else {
+      free(reply->bytes);
+      slice = grpc_empty_slice();
+    }
+    reply->bytes = NULL;
+    ctx->reply_bb = grpc_raw_byte_buffer_create(&slice, 1);
+    grpc_slice_unref(slice);
+    ops[n].op = GRPC_OP_SEND_MESSAGE;
+    ops[n].data.send_message.send_message = ctx->reply_bb;
+    n++;
+  } else {
+    free(reply->bytes);
+    reply->bytes = NULL;
+  }
+  ctx->status_details = grpc_slice_from_copied_string(reply->message);
+  ctx->has_status_details = 1;
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.trailing_metadata_count = 0;
+  ops[n].data.send_status_from_server.status = (grpc_status_code)reply->code;
+  ops[n].data.send_status_from_server.status_details = &ctx->status_details;
+  n++;
+  ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  ops[n].data.recv_close_on_server.cancelled = &ctx->cancelled;
+  n++;
+
+  ctx->code = reply->code;
+  ctx->sequences = reply->sequences;
+  memcpy(ctx->plan_id, reply->plan_id, sizeof ctx->plan_id);
+  if (reply->code != PK_GRPC_OK)
+    snprintf(ctx->note, sizeof ctx->note, "%s", reply->message);
+  ctx->finishing = 1;
+  grpc_call_error err = grpc_call_start_batch(ctx->call, ops, n, ctx, NULL);
+  if (err != GRPC_CALL_OK) {
+    PK_LOG_ERROR("grpc_call_start_batch failed: grpc_call_error %d", (int)err);
+    ctx->code = PK_GRPC_INTERNAL;
+    finish_call(ctx);
+  }
+}
+
+static int deadline_passed(const call_ctx_t *ctx) {
+  gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+  gpr_timespec dl = gpr_convert_clock_type(ctx->deadline, GPR_CLOCK_MONOTONIC);
+  return gpr_time_cmp(dl, now) <= 0;
+}
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+  while (nanosleep(&ts, &ts) != 0) {
+  }
+}
+
+/* Runs the handler of a registered method on the request bytes. */
+static void run_handler(call_ctx_t *ctx, pk_reply_t *reply) {
+  pk_grpc_server_t *s = ctx->srv;
+  if (ctx->payload == NULL) {
+    pk_reply_error(reply, PK_GRPC_INVALID_ARGUMENT, "request: the call carried no message");
+    return;
+  }
+  grpc_byte_buffer_reader rd;
+  if (!grpc_byte_buffer_reader_init(&rd, ctx->payload)) {
+    pk_reply_error(reply, PK_GRPC_INVALID_ARGUMENT, "request: cannot read the message bytes");
+    return;
+  }
+  grpc_slice bytes = grpc_byte_buffer_reader_readall(&rd);
+  grpc_byte_buffer_reader_destroy(&rd);
+  /* The request is in `bytes` now; drop the buffer before planning so that a
+   * large request is not held twice. */
+  grpc_byte_buffer_destroy(ctx->payload);
+  ctx->payload = NULL;
+
+  pk_handler_env_t env = {
+      .cache = s->cache,
+      .metrics = s->metrics,
+      .max_message_bytes = s->cfg.max_message_bytes,
+      .serving = atomic_load(&s->serving),
+      .now = pk_monotonic_seconds(),
+  };
+  const uint8_t *p = GRPC_SLICE_START_PTR(bytes);
+  size_t len = GRPC_SLICE_LENGTH(bytes);
+  switch (ctx->kind) {
+  case K_PLAN:
+    pk_handle_plan(&env, p, len, reply);
+    break;
+  case K_GET_RANK:
+    pk_handle_get_rank_plan(&env, p, len, reply);
+    break;
+  case K_HEALTH:
+    pk_handle_health_check(&env, p, len, reply);
+    break;
+  default:
+    pk_reply_error(reply, PK_GRPC_INTERNAL, "no handler");
+    break;
+  }
+  grpc_slice_unref(bytes);
+}
+
+/* A new call arrived on a pending request: answer it. */
+static void start_call(call_ctx_t *ctx) {
+  pk_grpc_server_t *s = ctx->srv;
+  ctx->t_accept = pk_monotonic_seconds();
+  long inflight = (long)atomic_fetch_add(&s->metrics->inflight, 1) + 1;
+  ctx->counted_inflight = 1;
+  pk_reply_t reply;
+  memset(&reply, 0, sizeof reply);
+  if (ctx->kind == K_GENERIC) {
+    char *path = grpc_slice_to_c_string(ctx->details.method);
+    pk_reply_error(&reply, PK_GRPC_UNIMPLEMENTED, "method %.120s is not implemented by packd",
+                   path ? path : "?");
+    gpr_free(path);
+  } else if (ctx->kind != K_HEALTH && inflight > s->cfg.max_inflight) {
+    atomic_fetch_add(&s->metrics->rejected_inflight, 1);
+    pk_reply_error(&reply, PK_GRPC_RESOURCE_EXHAUSTED,
+                   "server busy: %ld calls in flight, over --max-inflight %d; retry later",
+                   inflight, s->cfg.max_inflight);
+  } else {
+    if (ctx->kind == K_PLAN && s->cfg.debug_delay_ms > 0)
+      sleep_ms(s->cfg.debug_delay_ms);
+    if (deadline_passed(ctx)) {
+      /* No work for a call nobody waits for any more. */
+      atomic_fetch_add(&s->metrics->deadline_skipped, 1);
+      pk_reply_error(&reply, PK_GRPC_DEADLINE_EXCEEDED,
+                     "the deadline passed before the server started the call");
+    } else {
+      run_handler(ctx, &reply);
+    }
+  }
+  send_answer(ctx, &reply);
+}
+
+/* Handles one completion-queue event. */
+static void process_event(pk_grpc_server_t *s, grpc_event ev) {
+  if (ev.type != GRPC_OP_COMPLETE)
+    return;
+  if (ev.tag == &s->shutdown_tag) {
+    pthread_mutex_lock(&s->mu);
+    s->shutdown_done = 1;
+    int stop = take_stop_locked(s);
+    pthread_mutex_unlock(&s->mu);
+    if (stop)
+      s->on_stopped(s->user);
+    return;
+  }
+  call_ctx_t *ctx = ev.tag;
+  if (ctx->finishing) {
+    finish_call(ctx);
+  } else if (!ev.success) {
+    /* The server is shutting down and failed this pending request. */
+    free_ctx(ctx);
+  } else {
+    /* Replace the request first, so another worker can take the next call
+     * of this method while this one is being answered. */
+    post_request(s, ctx->kind);
+    start_call(ctx);
+  }
+}
+
+static void *worker_main(void *arg) {
+  pk_grpc_server_t *s = arg;
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN)
+      break;
+    process_event(s, ev);
+  }
+  return NULL;
+}
+
+static void ignore_stopped(void *user) {
+  (void)user;
+}
+
+/* Stops a started server that has no worker threads, on this thread, and
+ * frees it. Only for failures during start-up. */
+static void stop_inline(pk_grpc_server_t *s) {
+  s->on_stopped = ignore_stopped;
+  pk_grpc_server_shutdown(s);
+  grpc_server_cancel_all_calls(s->server);
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    int done = s->stopped_signalled;
+    pthread_mutex_unlock(&s->mu);
+    if (done)
+      break;
+    process_event(s, grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL));
+  }
+  pk_grpc_server_destroy(s);
+}
+
+static grpc_arg int_arg(const char *key, int value) {
+  grpc_arg a;
+  memset(&a, 0, sizeof a);
+  a.type = GRPC_ARG_INTEGER;
+  a.key = (char *)key;
+  a.value.integer = value;
+  return a;
+}
+
+int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
+                         pk_metrics_t *metrics, pk_stopped_fn on_stopped, void *user,
+                         pk_grpc_server_t **out, int *bound_port, char *err, size_t errlen) {
+  *out = NULL;
+  pk_grpc_server_t *s = calloc(1, sizeof *s);
+  if (s == NULL)
+    return PK_ENOMEM;
+  s->cfg = *cfg;
+  s->cache = cache;
+  s->metrics = metrics;
+  s->on_stopped = on_stopped;
+  s->user = user;
+  s->threads = calloc((size_t)cfg->workers, sizeof *s->threads);
+  if (s->threads == NULL) {
+    free(s);
+    return PK_ENOMEM;
+  }
+  atomic_init(&s->serving, true);
+  pthread_mutex_init(&s->mu, NULL);
+
+  int maxmsg = cfg->max_message_bytes > INT32_MAX ? INT32_MAX : (int)cfg->max_message_bytes;
+  grpc_arg args[] = {
+      int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, maxmsg),
+      int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, maxmsg),
+      /* Off, so that a second server on the same port fails to bind instead
+       * of silently sharing it. */
+      int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0),
+      int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, 60000),
+      int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000),
+      int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1),
+      /* Accept client keepalive pings as often as every 10 s. */
+      int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000),
+      int_arg(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0),
+  };
+  grpc_channel_args cargs = {sizeof args / sizeof args[0], args};
+  s->server = grpc_server_create(&cargs, NULL);
+  s->cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(s->server, s->cq, NULL);
+  for (int k = 0; k < K_GENERIC; k++)
+    s->methods[k] = grpc_server_register_method(s->server, k_paths[k], NULL,
+                                                GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int port = grpc_server_add_http2_port(s->server, cfg->listen, creds);
+  grpc_server_credentials_release(creds);
+  if (port == 0) {
+    snprintf(err, errlen,
+             "cannot listen for gRPC on %s: the address is in use, not local or not valid "
+             "(another packd on this port?)",
+             cfg->listen);
+    grpc_server_destroy(s->server);
+    grpc_completion_queue_shutdown(s->cq);
+    while (grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+           GRPC_QUEUE_SHUTDOWN) {
+    }
+    grpc_completion_queue_destroy(s->cq);
+    pthread_mutex_destroy(&s->mu);
+    free(s->threads);
+    free(s);
+    return PK_EINVAL;
+  }
+  *bound_port = port;
+  grpc_server_start(s->server);
+
+  /* Pending requests: enough per method that every worker can take a call
+   * of any kind at once; a generic one catches unknown methods. */
+  int per_kind = cfg->workers < 2 ? 2 : cfg->workers;
+  for (int k = 0; k < K_KINDS; k++) {
+    int want = (k == K_PLAN || k == K_GET_RANK) ? per_kind : 2;
+    for (int i = 0; i < want; i++)
+      post_request(s, (kind_t)k);
+  }
+
+  for (int i = 0; i < cfg->workers; i++) {
+    if (pthread_create(&s->threads[i], NULL, worker_main, s) != 0) {
+      PK_LOG_ERROR("could start only %d of %d workers", i, cfg->workers);
+      break;
+    }
+    s->nthreads++;
+  }
+  if (s->nthreads == 0) {
+    snprintf(err, errlen, "cannot start any worker thread");
+    stop_inline(s);
+    return PK_ENOMEM;
+  }
+  *out = s;
+  return PK_OK;
+}
+
+void pk_grpc_server_set_serving(pk_grpc_server_t *s, bool serving) {
+  atomic_store(&s->serving, serving);
+}
+
+bool pk_grpc_server_serving(const pk_grpc_server_t *s) {
+  return atomic_load(&((pk_grpc_server_t *)s)->serving);
+}
+
+void pk_grpc_server_shutdown(pk_grpc_server_t *s) {
+  pthread_mutex_lock(&s->mu);
+  int already = s->shutdown_started;
+  s->shutdown_started = 1;
+  pthread_mutex_unlock(&s->mu);
+  if (!already)
+    grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
+}
+
+void pk_grpc_server_cancel_all(pk_grpc_server_t *s) {
+  grpc_server_cancel_all_calls(s->server);
+}
+
+void pk_grpc_server_destroy(pk_grpc_server_t *s) {
+  if (s == NULL)
+    return;
+  grpc_completion_queue_shutdown(s->cq);
+  for (int i = 0; i < s->nthreads; i++)
+    pthread_join(s->threads[i], NULL);
+  free(s->threads);
+  grpc_server_destroy(s->server);
+  grpc_completion_queue_destroy(s->cq);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}

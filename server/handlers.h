@@ -1,0 +1,69 @@
+/* The RPC handlers of packd, on bytes: each takes the packed request message
+ * and produces a gRPC status, a message naming the field and the value, and
+ * (on success) the packed response. No gRPC types here, so the handlers run
+ * the same in the server and in unit tests.
+ *
+ * Ownership: the request bytes stay the caller's. reply->bytes is malloc'd by
+ * the handler; the caller owns it and frees it with free() (the server hands
+ * it to gRPC without a copy). */
+#ifndef PK_HANDLERS_H
+#define PK_HANDLERS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "metrics.h"
+#include "plan_cache.h"
+
+/* Numeric gRPC status codes used by the handlers (grpc_status_code values). */
+enum {
+  PK_GRPC_OK = 0,
+  PK_GRPC_INVALID_ARGUMENT = 3,
+  PK_GRPC_DEADLINE_EXCEEDED = 4,
+  PK_GRPC_NOT_FOUND = 5,
+  PK_GRPC_RESOURCE_EXHAUSTED = 8,
+  PK_GRPC_FAILED_PRECONDITION = 9,
+  PK_GRPC_UNIMPLEMENTED = 12,
+  PK_GRPC_INTERNAL = 13,
+  PK_GRPC_UNAVAILABLE = 14,
+};
+
+/* The service names Health/Check knows. "" is the whole server. */
+#define PK_SERVICE_PLANNER "packd.v1.Planner"
+
+typedef struct pk_handler_env {
+  pk_plan_cache_t *cache;    /* May be NULL: plans are not kept. */
+  pk_metrics_t *metrics;     /* May be NULL: nothing is recorded. */
+  int64_t max_message_bytes; /* A response larger than this is refused. */
+  bool serving;              /* What Health/Check reports. */
+  double now;                /* Monotonic seconds, for the cache. */
+} pk_handler_env_t;
+
+typedef struct pk_reply {
+  int code;          /* gRPC status code. */
+  char message[512]; /* Status details; empty on success. */
+  uint8_t *bytes;    /* Packed response message, or NULL. */
+  size_t len;
+  uint64_t sequences; /* Plan: sequences in the request (for logs). */
+  char plan_id[40];   /* Plan and GetRankPlan: the plan id, when known. */
+} pk_reply_t;
+
+/* packd.v1.Planner/Plan: decode, plan, encode, keep the ranks in the cache. */
+void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len, pk_reply_t *reply);
+
+/* packd.v1.Planner/GetRankPlan: one rank of a cached plan; NOT_FOUND naming
+ * the plan_id when it is not (or no longer) there. */
+void pk_handle_get_rank_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
+                             pk_reply_t *reply);
+
+/* grpc.health.v1.Health/Check: SERVING or NOT_SERVING for "" and
+ * "packd.v1.Planner"; NOT_FOUND for any other service. */
+void pk_handle_health_check(const pk_handler_env_t *env, const uint8_t *req, size_t len,
+                            pk_reply_t *reply);
+
+/* Fills reply with a status and a formatted message and no bytes. */
+void pk_reply_error(pk_reply_t *reply, int code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+#endif

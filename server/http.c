@@ -1,0 +1,301 @@
+/* The HTTP listener for metrics and probes (see http.h). Each connection owns
+ * a TCP handle, an idle timer and an http_parser; it answers the first
+ * complete request and closes. */
+#include "http.h"
+
+#include <http_parser.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+#include "pk_error.h"
+
+#define PK_HTTP_URL_MAX 2048
+#define PK_HTTP_IDLE_MS 10000
+#define PK_HTTP_MAX_CONNS 128
+
+typedef struct conn conn_t;
+
+struct pk_http {
+  uv_loop_t *loop;
+  uv_tcp_t server;
+  pk_http_route_fn route;
+  void *user;
+  conn_t *conns; /* Open connections, for closing at shutdown. */
+  int nconns;
+  int closing;
+  int handles; /* Handles not yet closed by libuv (server + connections). */
+};
+
+struct conn {
+  pk_http_t *http;
+  conn_t *prev, *next;
+  uv_tcp_t tcp;
+  uv_timer_t timer;
+  http_parser parser;
+  char url[PK_HTTP_URL_MAX];
+  size_t url_len;
+  int url_too_long;
+  int answered; /* A response was started; further bytes are ignored. */
+  int open_handles;
+  uv_write_t write_req;
+  char *out; /* Head and body of the response. */
+};
+
+static http_parser_settings g_settings;
+
+const char *pk_http_reason(int status) {
+  switch (status) {
+  case 200:
+    return "OK";
+  case 400:
+    return "Bad Request";
+  case 404:
+    return "Not Found";
+  case 405:
+    return "Method Not Allowed";
+  case 414:
+    return "URI Too Long";
+  case 500:
+    return "Internal Server Error";
+  case 503:
+    return "Service Unavailable";
+  default:
+    return "Unknown";
+  }
+}
+
+static void maybe_free_http(pk_http_t *h) {
+  if (h->closing && h->handles == 0)
+    free(h);
+}
+
+static void on_conn_handle_closed(uv_handle_t *handle) {
+  conn_t *c = handle->data;
+  if (--c->open_handles > 0)
+    return;
+  pk_http_t *h = c->http;
+  free(c->out);
+  free(c);
+  h->handles--;
+  maybe_free_http(h);
+}
+
+static void conn_close(conn_t *c) {
+  if (uv_is_closing((uv_handle_t *)&c->tcp))
+    return;
+  pk_http_t *h = c->http;
+  if (c->prev)
+    c->prev->next = c->next;
+  else
+    h->conns = c->next;
+  if (c->next)
+    c->next->prev = c->prev;
+  h->nconns--;
+  uv_timer_stop(&c->timer);
+  uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
+  uv_close((uv_handle_t *)&c->tcp, on_conn_handle_closed);
+}
+
+static void on_written(uv_write_t *req, int status) {
+  conn_close(req->data);
+}
+
+/* Writes status line, headers and body, then closes the connection. */
+static void respond(conn_t *c, int status, const char *content_type, const char *body,
+                    size_t body_len, int head_only) {
+  c->answered = 1;
+  char head[256];
+  int hl = snprintf(head, sizeof head,
+                    "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+                    "Connection: close\r\n\r\n",
+                    status, pk_http_reason(status), content_type, body_len);
+  size_t total = (size_t)hl + (head_only ? 0 : body_len);
+  c->out = malloc(total);
+  if (c->out == NULL) {
+    conn_close(c);
+    return;
+  }
+  memcpy(c->out, head, (size_t)hl);
+  if (!head_only && body_len > 0)
+    memcpy(c->out + hl, body, body_len);
+  uv_buf_t buf = uv_buf_init(c->out, (unsigned)total);
+  c->write_req.data = c;
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0)
+    conn_close(c);
+}
+
+static void respond_text(conn_t *c, int status, const char *text) {
+  respond(c, status, "text/plain; charset=utf-8", text, strlen(text), 0);
+}
+
+static int on_url(http_parser *p, const char *at, size_t len) {
+  conn_t *c = p->data;
+  if (c->url_len + len >= sizeof c->url) {
+    c->url_too_long = 1;
+    return 0;
+  }
+  memcpy(c->url + c->url_len, at, len);
+  c->url_len += len;
+  c->url[c->url_len] = '\0';
+  return 0;
+}
+
+static int on_message_complete(http_parser *p) {
+  conn_t *c = p->data;
+  if (c->answered)
+    return 0;
+  if (c->url_too_long) {
+    respond_text(c, 414, "URI too long\n");
+    return 0;
+  }
+  char *q = strchr(c->url, '?');
+  if (q != NULL)
+    *q = '\0';
+  const char *method = http_method_str((enum http_method)p->method);
+  int head_only = p->method == HTTP_HEAD;
+  if (p->method != HTTP_GET && p->method != HTTP_HEAD) {
+    respond_text(c, 405, "only GET and HEAD are supported\n");
+    return 0;
+  }
+  pk_http_reply_t reply = {404, "text/plain; charset=utf-8", NULL, 0};
+  c->http->route(c->http->user, method, c->url, &reply);
+  respond(c, reply.status, reply.content_type, reply.body ? reply.body : "", reply.body_len,
+          head_only);
+  free(reply.body);
+  PK_LOG_DEBUG("http %s %s -> %d", method, c->url, reply.status);
+  return 0;
+}
+
+static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
+  (void)handle;
+  size_t n = suggested < 4096 ? suggested : 4096;
+  buf->base = malloc(n);
+  buf->len = buf->base ? n : 0;
+}
+
+static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
+  conn_t *c = stream->data;
+  if (nread < 0) {
+    free(buf->base);
+    if (!c->answered)
+      conn_close(c);
+    return;
+  }
+  if (nread > 0 && !c->answered) {
+    size_t done = http_parser_execute(&c->parser, &g_settings, buf->base, (size_t)nread);
+    if (!c->answered && (HTTP_PARSER_ERRNO(&c->parser) != HPE_OK || done != (size_t)nread)) {
+      char msg[128];
+      snprintf(msg, sizeof msg, "malformed request: %s\n",
+               http_errno_name(HTTP_PARSER_ERRNO(&c->parser)));
+      respond_text(c, 400, msg);
+    }
+  }
+  free(buf->base);
+}
+
+static void on_idle(uv_timer_t *t) {
+  conn_t *c = t->data;
+  if (!c->answered)
+    conn_close(c);
+}
+
+static void on_connection(uv_stream_t *server, int status) {
+  pk_http_t *h = server->data;
+  if (status < 0 || h->closing)
+    return;
+  conn_t *c = calloc(1, sizeof *c);
+  if (c == NULL)
+    return;
+  c->http = h;
+  uv_tcp_init(h->loop, &c->tcp);
+  uv_timer_init(h->loop, &c->timer);
+  c->tcp.data = c;
+  c->timer.data = c;
+  c->open_handles = 2;
+  h->handles++;
+  c->next = h->conns;
+  if (h->conns)
+    h->conns->prev = c;
+  h->conns = c;
+  h->nconns++;
+  if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 || h->nconns > PK_HTTP_MAX_CONNS) {
+    conn_close(c);
+    return;
+  }
+  http_parser_init(&c->parser, HTTP_REQUEST);
+  c->parser.data = c;
+  uv_timer_start(&c->timer, on_idle, PK_HTTP_IDLE_MS, 0);
+  uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+static void on_server_closed(uv_handle_t *handle) {
+  pk_http_t *h = handle->data;
+  h->handles--;
+  maybe_free_http(h);
+}
+
+int pk_http_start(uv_loop_t *loop, const char *hostport, pk_http_route_fn route, void *user,
+                  pk_http_t **out, int *bound_port, char *err, size_t errlen) {
+  *out = NULL;
+  http_parser_settings_init(&g_settings);
+  g_settings.on_url = on_url;
+  g_settings.on_message_complete = on_message_complete;
+
+  char host[PK_HOSTPORT_MAX];
+  int port;
+  if (pk_parse_hostport(hostport, host, sizeof host, &port) != PK_OK) {
+    snprintf(err, errlen, "metrics address \"%s\" is not HOST:PORT", hostport);
+    return PK_EINVAL;
+  }
+  struct sockaddr_storage addr;
+  int rc = uv_ip4_addr(host, port, (struct sockaddr_in *)&addr);
+  if (rc != 0)
+    rc = uv_ip6_addr(host, port, (struct sockaddr_in6 *)&addr);
+  if (rc != 0) {
+    snprintf(err, errlen, "metrics address \"%s\": \"%s\" is not a numeric IPv4 or IPv6 address",
+             hostport, host);
+    return PK_EINVAL;
+  }
+  pk_http_t *h = calloc(1, sizeof *h);
+  if (h == NULL)
+    return PK_ENOMEM;
+  h->loop = loop;
+  h->route = route;
+  h->user = user;
+  uv_tcp_init(loop, &h->server);
+  h->server.data = h;
+  h->handles = 1;
+  rc = uv_tcp_bind(&h->server, (const struct sockaddr *)&addr, 0);
+  if (rc == 0)
+    rc = uv_listen((uv_stream_t *)&h->server, 128, on_connection);
+  if (rc != 0) {
+    snprintf(err, errlen, "cannot listen for metrics on %s: %s", hostport, uv_strerror(rc));
+    h->closing = 1;
+    uv_close((uv_handle_t *)&h->server, on_server_closed);
+    return PK_EINVAL;
+  }
+  struct sockaddr_storage bound;
+  int blen = sizeof bound;
+  *bound_port = port;
+  if (uv_tcp_getsockname(&h->server, (struct sockaddr *)&bound, &blen) == 0) {
+    if (bound.ss_family == AF_INET)
+      *bound_port = ntohs(((struct sockaddr_in *)&bound)->sin_port);
+    else if (bound.ss_family == AF_INET6)
+      *bound_port = ntohs(((struct sockaddr_in6 *)&bound)->sin6_port);
+  }
+  *out = h;
+  return PK_OK;
+}
+
+void pk_http_close(pk_http_t *h) {
+  if (h == NULL || h->closing)
+    return;
+  h->closing = 1;
+  while (h->conns != NULL)
+    conn_close(h->conns);
+  uv_close((uv_handle_t *)&h->server, on_server_closed);
+}

@@ -1,0 +1,267 @@
+/* Metrics counters and the Prometheus text exposition (see metrics.h). */
+#include "metrics.h"
+
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "pk_error.h"
+
+static const double k_seconds_bounds[PK_SECONDS_BUCKETS] = {
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025,
+    0.05,    0.1,    0.25,    0.5,    1.0,   2.5,    5.0,   10.0, 30.0};
+
+static const double k_seq_bounds[PK_SEQ_BUCKETS] = {
+    1, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304, 16777216};
+
+static const char *const k_method_names[PK_METHOD_COUNT] = {"Plan", "GetRankPlan", "Check",
+                                                            "unknown"};
+
+static const char *const k_code_names[PK_GRPC_CODE_COUNT] = {
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+};
+
+void pk_metrics_init(pk_metrics_t *m, double start_time) {
+  memset(m, 0, sizeof *m);
+  m->start_time = start_time;
+}
+
+const char *pk_method_name(pk_method_t method) {
+  if ((int)method < 0 || method >= PK_METHOD_COUNT)
+    return "unknown";
+  return k_method_names[method];
+}
+
+const char *pk_grpc_code_name(int code) {
+  if (code < 0 || code >= PK_GRPC_CODE_COUNT)
+    return "UNKNOWN";
+  return k_code_names[code];
+}
+
+static void observe(pk_histogram_t *h, const double *bounds, size_t nb, double v, uint64_t units) {
+  size_t i = 0;
+  while (i < nb && v > bounds[i])
+    i++;
+  atomic_fetch_add_explicit(&h->buckets[i], 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->count, 1, memory_order_relaxed);
+  atomic_fetch_add_explicit(&h->sum_units, units, memory_order_relaxed);
+}
+
+void pk_histogram_observe_seconds(pk_histogram_t *h, double seconds) {
+  if (seconds < 0)
+    seconds = 0;
+  observe(h, k_seconds_bounds, PK_SECONDS_BUCKETS, seconds, (uint64_t)(seconds * 1e9 + 0.5));
+}
+
+void pk_histogram_observe_sequences(pk_histogram_t *h, uint64_t n) {
+  observe(h, k_seq_bounds, PK_SEQ_BUCKETS, (double)n, n);
+}
+
+void pk_metrics_request(pk_metrics_t *m, pk_method_t method, int code, double seconds) {
+  if ((int)method < 0 || method >= PK_METHOD_COUNT)
+    method = PK_METHOD_UNKNOWN;
+  if (code < 0 || code >= PK_GRPC_CODE_COUNT)
+    code = 2; /* UNKNOWN */
+  atomic_fetch_add_explicit(&m->requests[method][code], 1, memory_order_relaxed);
+  pk_histogram_observe_seconds(&m->latency[method], seconds);
+}
+
+void pk_metrics_plan(pk_metrics_t *m, uint64_t sequences, double plan_seconds,
+                     double encode_seconds) {
+  pk_histogram_observe_sequences(&m->plan_sequences, sequences);
+  pk_histogram_observe_seconds(&m->plan_seconds, plan_seconds);
+  pk_histogram_observe_seconds(&m->encode_seconds, encode_seconds);
+}
+
+int64_t pk_resident_bytes(void) {
+  FILE *f = fopen("/proc/self/statm", "r");
+  if (f == NULL)
+    return -1;
+  long long size = 0, resident = 0;
+  int n = fscanf(f, "%lld %lld", &size, &resident);
+  fclose(f);
+  if (n != 2)
+    return -1;
+  return (int64_t)resident * (int64_t)sysconf(_SC_PAGESIZE);
+}
+
+/* A growable text buffer; `failed` sticks once an allocation fails. */
+typedef struct sbuf {
+  char *p;
+  size_t len, cap;
+  int failed;
+} sbuf_t;
+
+static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static void sb_printf(sbuf_t *b, const char *fmt, ...) {
+  if (b->failed)
+    return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+    va_end(ap);
+    if (n < 0) {
+      b->failed = 1;
+      return;
+    }
+    if ((size_t)n < b->cap - b->len) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t ncap = b->cap * 2 + (size_t)n;
+    char *np = realloc(b->p, ncap);
+    if (np == NULL) {
+      b->failed = 1;
+      return;
+    }
+    b->p = np;
+    b->cap = ncap;
+  }
+}
+
+static void header(sbuf_t *b, const char *name, const char *type, const char *help) {
+  sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static uint64_t ld(const atomic_uint_fast64_t *a) {
+  return atomic_load_explicit(a, memory_order_relaxed);
+}
+
+/* One histogram series. `labels` is "" or `key="value"`; `scale` turns the
+ * stored sum units into the exposed unit. */
+static void histogram(sbuf_t *b, const char *name, const char *labels, const pk_histogram_t *h,
+                      const double *bounds, size_t nb, double scale) {
+  uint64_t cum = 0;
+  const char *sep = labels[0] ? "," : "";
+  for (size_t i = 0; i < nb; i++) {
+    cum += ld(&h->buckets[i]);
+    sb_printf(b, "%s_bucket{%s%sle=\"%g\"} %" PRIu64 "\n", name, labels, sep, bounds[i], cum);
+  }
+  cum += ld(&h->buckets[nb]);
+  sb_printf(b, "%s_bucket{%s%sle=\"+Inf\"} %" PRIu64 "\n", name, labels, sep, cum);
+  const char *open = labels[0] ? "{" : "";
+  const char *close = labels[0] ? "}" : "";
+  sb_printf(b, "%s_sum%s%s%s %.9g\n", name, open, labels, close, (double)ld(&h->sum_units) * scale);
+  /* The count is the +Inf bucket by construction, so readers never see the
+   * two disagree even while workers update the histogram. */
+  sb_printf(b, "%s_count%s%s%s %" PRIu64 "\n", name, open, labels, close, cum);
+}
+
+int pk_metrics_render(const pk_metrics_t *m, const pk_metrics_view_t *view, char **out,
+                      size_t *len) {
+  sbuf_t b = {malloc(16384), 0, 16384, 0};
+  if (b.p == NULL)
+    return PK_ENOMEM;
+  b.p[0] = '\0';
+
+  header(&b, "packd_build_info", "gauge", "Build information; the value is always 1.");
+  sb_printf(&b, "packd_build_info{version=\"%s\",grpc_core=\"%s\"} 1\n",
+            view->version ? view->version : "", view->grpc_version ? view->grpc_version : "");
+
+  header(&b, "packd_serving", "gauge", "1 while Health/Check reports SERVING, 0 when draining.");
+  sb_printf(&b, "packd_serving %d\n", view->serving ? 1 : 0);
+
+  header(&b, "packd_requests_total", "counter", "Finished gRPC calls by method and status code.");
+  for (int mt = 0; mt < PK_METHOD_COUNT; mt++) {
+    for (int c = 0; c < PK_GRPC_CODE_COUNT; c++) {
+      uint64_t v = ld(&m->requests[mt][c]);
+      /* OK is always present so that rates start at zero; other codes
+       * appear once they happen. */
+      if (v == 0 && c != 0)
+        continue;
+      sb_printf(&b, "packd_requests_total{method=\"%s\",code=\"%s\"} %" PRIu64 "\n",
+                k_method_names[mt], k_code_names[c], v);
+    }
+  }
+
+  header(&b, "packd_request_duration_seconds", "histogram",
+         "Time from accepting a call to starting its answer, by method.");
+  for (int mt = 0; mt < PK_METHOD_COUNT; mt++) {
+    char labels[64];
+    snprintf(labels, sizeof labels, "method=\"%s\"", k_method_names[mt]);
+    histogram(&b, "packd_request_duration_seconds", labels, &m->latency[mt], k_seconds_bounds,
+              PK_SECONDS_BUCKETS, 1e-9);
+  }
+
+  header(&b, "packd_plan_sequences", "histogram", "Sequences per planned request.");
+  histogram(&b, "packd_plan_sequences", "", &m->plan_sequences, k_seq_bounds, PK_SEQ_BUCKETS, 1.0);
+  header(&b, "packd_plan_duration_seconds", "histogram", "Planner time per planned request.");
+  histogram(&b, "packd_plan_duration_seconds", "", &m->plan_seconds, k_seconds_bounds,
+            PK_SECONDS_BUCKETS, 1e-9);
+  header(&b, "packd_encode_duration_seconds", "histogram",
+         "Time to build and pack the PlanResponse and the cached rank plans.");
+  histogram(&b, "packd_encode_duration_seconds", "", &m->encode_seconds, k_seconds_bounds,
+            PK_SECONDS_BUCKETS, 1e-9);
+
+  header(&b, "packd_inflight_calls", "gauge", "Calls accepted and not yet finished.");
+  sb_printf(&b, "packd_inflight_calls %" PRIdFAST64 "\n",
+            atomic_load_explicit(&m->inflight, memory_order_relaxed));
+  header(&b, "packd_max_inflight_calls", "gauge", "The --max-inflight bound.");
+  sb_printf(&b, "packd_max_inflight_calls %d\n", view->max_inflight);
+  header(&b, "packd_workers", "gauge", "Completion-queue worker threads.");
+  sb_printf(&b, "packd_workers %d\n", view->workers);
+  header(&b, "packd_rejected_inflight_total", "counter",
+         "Calls answered RESOURCE_EXHAUSTED because --max-inflight was reached.");
+  sb_printf(&b, "packd_rejected_inflight_total %" PRIu64 "\n", ld(&m->rejected_inflight));
+  header(&b, "packd_deadline_skipped_total", "counter",
+         "Calls whose deadline had passed before work started; answered without planning.");
+  sb_printf(&b, "packd_deadline_skipped_total %" PRIu64 "\n", ld(&m->deadline_skipped));
+
+  if (view->cache != NULL) {
+    const pk_cache_stats_t *cs = view->cache;
+    header(&b, "packd_plan_cache_entries", "gauge", "Plans held for GetRankPlan.");
+    sb_printf(&b, "packd_plan_cache_entries %" PRIu64 "\n", cs->entries);
+    header(&b, "packd_plan_cache_bytes", "gauge", "Bytes held by the plan cache.");
+    sb_printf(&b, "packd_plan_cache_bytes %" PRIu64 "\n", cs->bytes);
+    header(&b, "packd_plan_cache_max_bytes", "gauge", "The --cache-bytes bound.");
+    sb_printf(&b, "packd_plan_cache_max_bytes %" PRIu64 "\n", cs->max_bytes);
+    header(&b, "packd_plan_cache_hits_total", "counter",
+           "GetRankPlan lookups that found the plan.");
+    sb_printf(&b, "packd_plan_cache_hits_total %" PRIu64 "\n", cs->hits);
+    header(&b, "packd_plan_cache_misses_total", "counter",
+           "GetRankPlan lookups that did not find the plan.");
+    sb_printf(&b, "packd_plan_cache_misses_total %" PRIu64 "\n", cs->misses);
+    header(&b, "packd_plan_cache_evictions_total", "counter",
+           "Plans removed to stay under --cache-bytes.");
+    sb_printf(&b, "packd_plan_cache_evictions_total %" PRIu64 "\n", cs->evictions);
+    header(&b, "packd_plan_cache_expired_total", "counter",
+           "Plans removed because they outlived --cache-ttl.");
+    sb_printf(&b, "packd_plan_cache_expired_total %" PRIu64 "\n", cs->expired);
+  }
+
+  header(&b, "process_start_time_seconds", "gauge", "Start time of the process since the epoch.");
+  sb_printf(&b, "process_start_time_seconds %.3f\n", m->start_time);
+  if (view->resident_bytes >= 0) {
+    header(&b, "process_resident_memory_bytes", "gauge", "Resident memory size in bytes.");
+    sb_printf(&b, "process_resident_memory_bytes %" PRId64 "\n", view->resident_bytes);
+  }
+
+  if (b.failed) {
+    free(b.p);
+    return PK_ENOMEM;
+  }
+  *out = b.p;
+  *len = b.len;
+  return PK_OK;
+}

@@ -1,0 +1,47 @@
+# The packd gRPC server (included by server/CMakeLists.txt).
+#
+# Targets:
+#   packd_health_proto  grpc.health.v1 messages (protobuf-c), shared with the
+#                       C client library.
+#   packd_service       everything of the server but main(): config, log,
+#                       plan cache, metrics, HTTP listener, handlers, gRPC.
+#   packd_server        the executable, written as ${CMAKE_BINARY_DIR}/server/packd.
+#
+# Libraries: gRPC core (transport), protobuf-c (messages), libuv (signals,
+# timers, HTTP listener), libhttp-parser (HTTP request parsing; Debian ships
+# no pkg-config file for it), libxxhash (plan cache hashing).
+
+add_custom_command(
+  OUTPUT ${PK_GEN_DIR}/grpc/health/v1/health.pb-c.c ${PK_GEN_DIR}/grpc/health/v1/health.pb-c.h
+  COMMAND ${PROTOC_C} --c_out=${PK_GEN_DIR} -I${CMAKE_CURRENT_SOURCE_DIR}/proto
+          ${CMAKE_CURRENT_SOURCE_DIR}/proto/grpc/health/v1/health.proto
+  DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/proto/grpc/health/v1/health.proto
+  COMMENT "protoc-c grpc/health/v1/health.proto")
+add_library(packd_health_proto STATIC ${PK_GEN_DIR}/grpc/health/v1/health.pb-c.c)
+target_include_directories(packd_health_proto PUBLIC ${PK_GEN_DIR})
+target_link_libraries(packd_health_proto PUBLIC PkgConfig::PROTOBUF_C)
+target_compile_options(packd_health_proto PRIVATE -w)
+
+find_library(HTTP_PARSER_LIBRARY NAMES http_parser REQUIRED)
+find_path(HTTP_PARSER_INCLUDE_DIR NAMES http_parser.h REQUIRED)
+
+add_library(packd_service STATIC
+  ${CMAKE_CURRENT_SOURCE_DIR}/config.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/log.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/plan_cache.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/http.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/handlers.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/grpc_server.c)
+target_include_directories(packd_service PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
+                                                ${HTTP_PARSER_INCLUDE_DIR})
+target_link_libraries(packd_service PUBLIC
+  packd_codec packd_planner packd_proto packd_health_proto
+  PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::XXHASH ${HTTP_PARSER_LIBRARY} Threads::Threads)
+
+add_executable(packd_server ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
+target_compile_definitions(packd_server PRIVATE PK_VERSION_STRING="${PK_VERSION}")
+target_link_libraries(packd_server PRIVATE packd_service)
+set_target_properties(packd_server PROPERTIES
+  OUTPUT_NAME packd
+  RUNTIME_OUTPUT_DIRECTORY ${CMAKE_BINARY_DIR}/server)
