@@ -4,6 +4,7 @@
 #ifndef PK_GPU_TEST_UTIL_H
 #define PK_GPU_TEST_UTIL_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
