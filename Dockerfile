@@ -11,9 +11,7 @@
 # docs/deploy.md has every way to run it; scripts/verify-image.sh builds and
 # checks this file with podman.
 
-ARG DEBIAN_IMAGE=debian:bookworm-slim
-
-FROM ${DEBIAN_IMAGE} AS build
+FROM debian:bookworm-slim AS build
 ARG BUILD_JOBS=2
 # The build dependencies of the service (the same Debian packages as
 # scripts/bootstrap.sh, less the test and GPU tools).
@@ -33,7 +31,7 @@ RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release \
  && cp /build/server/packd /build/client/c/packctl /out/ \
  && strip --strip-unneeded /out/packd /out/packctl
 
-FROM ${DEBIAN_IMAGE} AS runtime
+FROM debian:bookworm-slim AS runtime
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="packd" \
       org.opencontainers.image.description="Sequence-packing planner for LLM RL and long-context training (gRPC)" \
@@ -49,6 +47,7 @@ RUN apt-get update \
  && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin packd
 COPY --from=build /out/packd /out/packctl /usr/local/bin/
+COPY deploy/docker/packd-healthcheck /usr/local/bin/packd-healthcheck
 # Fail the build now, not at first start, if a shared library is missing.
 RUN if ldd /usr/local/bin/packd /usr/local/bin/packctl | grep -F "not found"; then exit 1; fi
 
@@ -65,7 +64,6 @@ USER 65532:65532
 # Kubernetes terminationGracePeriodSeconds).
 STOPSIGNAL SIGTERM
 # The health check asks the standard grpc.health.v1 service on the port of
-# PACKD_LISTEN; packctl exits 0 only when the answer is SERVING.
-HEALTHCHECK --interval=10s --timeout=3s --start-period=5s --retries=3 \
-  CMD ["/bin/sh", "-c", "exec /usr/local/bin/packctl health --server \"127.0.0.1:${PACKD_LISTEN##*:}\""]
+# PACKD_LISTEN (deploy/docker/packd-healthcheck runs packctl health).
+HEALTHCHECK --interval=10s --timeout=3s --retries=3 CMD ["/usr/local/bin/packd-healthcheck"]
 ENTRYPOINT ["/usr/local/bin/packd"]

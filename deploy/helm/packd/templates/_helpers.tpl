@@ -1,0 +1,64 @@
+{{/* Name of the chart, or nameOverride. */}}
+{{- define "packd.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* Full name of the release's objects, at most 63 characters. */}}
+{{- define "packd.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels that select the release's pods; never change them on upgrade. */}}
+{{- define "packd.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "packd.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: planner
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "packd.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "packd.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: packd
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "packd.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "packd.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{- define "packd.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/*
+Checks between values that a JSON schema cannot express. The chart refuses
+to render rather than produce a pod the kubelet would SIGKILL mid-drain.
+*/}}
+{{- define "packd.checkValues" -}}
+{{- $drain := add .Values.preStopSleepSeconds .Values.config.gracePeriod }}
+{{- if le (int .Values.terminationGracePeriodSeconds) (int $drain) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed preStopSleepSeconds + config.gracePeriod (%v)" .Values.terminationGracePeriodSeconds $drain) }}
+{{- end }}
+{{- $live := mul .Values.probes.liveness.periodSeconds .Values.probes.liveness.failureThreshold }}
+{{- if le (int $live) (int .Values.config.gracePeriod) }}
+{{- fail (printf "probes.liveness gives up after %v s, within the %v s drain (config.gracePeriod)" $live .Values.config.gracePeriod) }}
+{{- end }}
+{{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
+{{- fail (printf "autoscaling.minReplicas (%v) is above autoscaling.maxReplicas (%v)" .Values.autoscaling.minReplicas .Values.autoscaling.maxReplicas) }}
+{{- end }}
+{{- end }}
