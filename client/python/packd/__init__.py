@@ -1,6 +1,50 @@
 """packd: plan and apply the batching of variable-length sequences.
 
-Submodules load lazily so that ``import packd`` stays cheap and never pulls
-in the gRPC stubs, ctypes libraries or the GPU binding (packd.gpu) until they
-are used.
+    import packd
+    client = packd.Client("127.0.0.1:50051")      # or packd.Client.local()
+    plan = client.plan(lengths, dp=8, max_tokens=32768)
+    plan[0].micro_batches[0].cu_seqlens_padded     # numpy views
+
+Submodules load lazily (PEP 562): ``import packd`` is cheap and never pulls
+in the gRPC stubs, libpackd.so or the GPU binding (``packd.gpu``) until they
+are used. Documentation: docs/python.md.
 """
+
+from __future__ import annotations
+
+import importlib
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "Client": ("client", "Client"),
+    "Plan": ("plan", "Plan"),
+    "RankPlan": ("plan", "RankPlan"),
+    "MicroBatch": ("plan", "MicroBatch"),
+    "PlanError": ("errors", "PlanError"),
+    "InvalidArgument": ("errors", "InvalidArgument"),
+    "FailedPrecondition": ("errors", "FailedPrecondition"),
+    "ResourceExhausted": ("errors", "ResourceExhausted"),
+    "NotFound": ("errors", "NotFound"),
+    "Unavailable": ("errors", "Unavailable"),
+    "DeadlineExceeded": ("errors", "DeadlineExceeded"),
+    "Internal": ("errors", "Internal"),
+}
+_SUBMODULES = ("layout", "verl", "roll", "gpu", "errors", "client", "plan")
+
+__all__ = sorted(_LAZY) + ["layout", "verl", "roll"]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        mod, attr = _LAZY[name]
+        value = getattr(importlib.import_module(f".{mod}", __name__), attr)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'packd' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY) | set(_SUBMODULES))

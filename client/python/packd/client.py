@@ -1,0 +1,259 @@
+"""packd.Client: plans over gRPC, or in-process with ``Client.local()``.
+
+Both modes take the same keywords and return the same Plan objects; a
+trainer switches between a packd service and the embedded planner by
+changing how it builds the client, nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import threading
+import time
+
+import grpc
+
+from . import _health, _request, _stubs
+from .errors import PlanError, error_for
+from .plan import Plan, RankPlan
+
+__all__ = ["Client", "DEFAULT_TARGET", "DEFAULT_MAX_MESSAGE_BYTES"]
+
+DEFAULT_TARGET = "127.0.0.1:50051"
+#: 1 GiB each way: a plan of 1M sequences is a few tens of MB.
+DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
+
+
+class _RemoteTransport:
+    kind = "remote"
+
+    def __init__(self, target, options, credentials):
+        if credentials is None:
+            self.channel = grpc.insecure_channel(target, options=options)
+        else:
+            self.channel = grpc.secure_channel(target, credentials, options=options)
+        stub = _stubs.pb2_grpc().PlannerStub(self.channel)
+        self._plan = stub.Plan
+        self._rank_plan = stub.GetRankPlan
+        req_cls, resp_cls = _health.classes()
+        self._req_cls = req_cls
+        self._check = self.channel.unary_unary(
+            _health.CHECK_METHOD,
+            request_serializer=req_cls.SerializeToString,
+            response_deserializer=resp_cls.FromString,
+        )
+
+    def plan(self, request, timeout):
+        return self._plan(request, timeout=timeout)
+
+    def rank_plan(self, request, timeout):
+        return self._rank_plan(request, timeout=timeout)
+
+    def health(self, service, timeout) -> str:
+        resp = self._check(self._req_cls(service=service), timeout=timeout)
+        return _health.STATUS_NAMES.get(resp.status, str(resp.status))
+
+    def close(self):
+        self.channel.close()
+
+
+def _channel_options(max_message_bytes: int, extra) -> list:
+    opts = {
+        "grpc.max_send_message_length": int(max_message_bytes),
+        "grpc.max_receive_message_length": int(max_message_bytes),
+        # The client retries UNAVAILABLE itself (counted, with backoff); the
+        # channel's own retry machinery stays off so the count is exact.
+        "grpc.enable_retries": 0,
+        # Reconnect quickly after a refused connection so that a retry after
+        # our backoff actually tries the server again.
+        "grpc.initial_reconnect_backoff_ms": 100,
+        "grpc.min_reconnect_backoff_ms": 100,
+        "grpc.max_reconnect_backoff_ms": 2000,
+    }
+    for k, v in dict(extra or {}).items():
+        opts[k] = v
+    return list(opts.items())
+
+
+class Client:
+    """A packd planner client.
+
+    ``Client(target)`` talks to a packd server over gRPC (``target`` is
+    ``HOST:PORT``; default ``$PACKD_TARGET`` or 127.0.0.1:50051).
+    ``Client.local()`` runs the same planner in-process through
+    libpackd.so.
+
+    timeout: seconds per attempt of one call (gRPC deadline).
+    retries: extra attempts after UNAVAILABLE (server not reachable), with
+    exponential backoff from ``backoff`` seconds up to ``max_backoff``, with
+    jitter. No other status is retried: a bad request fails at once.
+    max_message_bytes: send and receive limit (default 1 GiB, enough for
+    plans of millions of sequences).
+    options: extra gRPC channel options (dict), credentials: for TLS.
+    """
+
+    def __init__(
+        self,
+        target: str | None = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff: float = 0.1,
+        max_backoff: float = 2.0,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
+        options=None,
+        credentials=None,
+        _transport=None,
+    ):
+        if retries < 0:
+            raise ValueError(f"retries: must be >= 0, got {retries}")
+        if timeout is not None and timeout <= 0:
+            raise ValueError(f"timeout: must be > 0 seconds, got {timeout}")
+        self.timeout = timeout
+        self.retries = int(retries)
+        self.backoff = float(backoff)
+        self.max_backoff = float(max_backoff)
+        self._local = threading.local()
+        if _transport is not None:
+            self.target = None
+            self._transport = _transport
+        else:
+            self.target = target or os.environ.get("PACKD_TARGET") or DEFAULT_TARGET
+            self._transport = _RemoteTransport(
+                self.target, _channel_options(max_message_bytes, options), credentials
+            )
+
+    @classmethod
+    def local(cls, library=None, *, cache_plans: int = 16) -> "Client":
+        """A client that plans in-process with libpackd.so (found from
+        ``library``, PACKD_LIB, next to the package, or
+        ``$PACKD_BUILD_DIR/server/libpackd.so``). The last ``cache_plans``
+        plans stay available to ``rank_plan``."""
+        from ._embedded import EmbeddedTransport
+
+        return cls(_transport=EmbeddedTransport(library, cache_plans), retries=0)
+
+    @property
+    def mode(self) -> str:
+        """"remote" or "embedded"."""
+        return self._transport.kind
+
+    @property
+    def last_attempts(self) -> int:
+        """How many attempts the last call of this thread made (1 when it
+        was not retried)."""
+        return getattr(self._local, "attempts", 0)
+
+    def _call(self, fn, request):
+        delay = self.backoff
+        attempt = 0
+        while True:
+            attempt += 1
+            self._local.attempts = attempt
+            try:
+                return fn(request, self.timeout)
+            except PlanError:
+                raise
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+                details = (exc.details() if hasattr(exc, "details") else None) or str(exc)
+                if code == grpc.StatusCode.UNAVAILABLE and attempt <= self.retries:
+                    time.sleep(min(delay, self.max_backoff) * (0.5 + random.random() / 2))
+                    delay *= 2
+                    continue
+                if code == grpc.StatusCode.UNAVAILABLE and attempt > 1:
+                    details = f"{details} (after {attempt} attempts)"
+                raise error_for(code, details) from None
+
+    def plan_request(self, request, lengths=None) -> Plan:
+        """Plans a ready packd.v1.PlanRequest message."""
+        resp = self._call(self._transport.plan, request)
+        return Plan(resp, lengths if lengths is not None else request.lengths)
+
+    def plan(
+        self,
+        lengths,
+        *,
+        loss_tokens=None,
+        groups=None,
+        job: str = "",
+        # Parallel.
+        dp: int = 0,
+        tp: int = 0,
+        cp: int = 0,
+        pp: int = 0,
+        vpp: int = 0,
+        cp_algo="zigzag",
+        sequence_parallel: bool = False,
+        num_heads: int = 0,
+        microbatch_group: int = 0,
+        # Batching.
+        mini_batches: int = 0,
+        shuffle: bool = False,
+        dp_balance="auto",
+        equal_count: bool = False,
+        mode="packed",
+        max_tokens: int = 0,
+        max_seqs: int = 0,
+        micro_batch_size: int = 0,
+        min_micro_batches: int = 0,
+        round: int = 0,
+        micro_algo="auto",
+        order="cost_desc",
+        keep_groups: bool = False,
+        # Cost.
+        linear: float = 0.0,
+        quadratic: float = 0.0,
+        # Layout.
+        align: int = 0,
+        pad_multiple: int = 0,
+        total_multiple: int = 0,
+        fixed_shape: bool = False,
+        seed: int = 0,
+    ) -> Plan:
+        """Plans one global batch. Keywords are the PlanRequest fields
+        (proto names and defaults; 0 means the proto's default). ``dp`` is
+        required (>= 1). Enums take short names ("kk_equal"), proto names
+        or numbers. Raises a PlanError subclass (InvalidArgument,
+        FailedPrecondition, ...) carrying the server's message."""
+        fields = dict(
+            job=job, dp=dp, tp=tp, cp=cp, pp=pp, vpp=vpp, cp_algo=cp_algo,
+            sequence_parallel=sequence_parallel, num_heads=num_heads,
+            microbatch_group=microbatch_group, mini_batches=mini_batches, shuffle=shuffle,
+            dp_balance=dp_balance, equal_count=equal_count, mode=mode, max_tokens=max_tokens,
+            max_seqs=max_seqs, micro_batch_size=micro_batch_size,
+            min_micro_batches=min_micro_batches, round=round, micro_algo=micro_algo, order=order,
+            keep_groups=keep_groups, linear=linear, quadratic=quadratic, align=align,
+            pad_multiple=pad_multiple, total_multiple=total_multiple, fixed_shape=fixed_shape,
+            seed=seed,
+        )
+        request = _request.build(lengths, loss_tokens, groups, **fields)
+        return self.plan_request(request, lengths=request.lengths)
+
+    def rank_plan(self, plan_id: str, rank: int) -> RankPlan:
+        """One rank's part of a recent plan (GetRankPlan). NotFound when the
+        plan has left the cache."""
+        pb = _stubs.pb2()
+        if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < (1 << 32):
+            raise error_for(grpc.StatusCode.INVALID_ARGUMENT, f"dp_rank: must be in [0, 4294967295], got {rank!r}")
+        req = pb.GetRankPlanRequest(plan_id=str(plan_id), dp_rank=rank)
+        return RankPlan(self._call(self._transport.rank_plan, req))
+
+    def health(self, service: str = "") -> str:
+        """The grpc.health.v1 status of the server: "SERVING",
+        "NOT_SERVING", ... (always "SERVING" when embedded)."""
+        return self._call(lambda req, timeout: self._transport.health(req, timeout), service)
+
+    def close(self) -> None:
+        self._transport.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        where = self.target if self.mode == "remote" else str(self._transport.library.path)
+        return f"Client({self.mode}: {where}, timeout={self.timeout}, retries={self.retries})"
