@@ -187,7 +187,7 @@ configMapGenerator:
     literals:
       - PACKD_LISTEN=0.0.0.0:7000
 EOF
-reject kustomize-drain-too-long 'must exceed preStop 5 s \+ drain 60 s' broken_overlay drain <<'EOF'
+reject kustomize-drain-too-long 'must exceed preStop 5 s \+ drain 62 s' broken_overlay drain <<'EOF'
 configMapGenerator:
   - name: packd-config
     behavior: merge

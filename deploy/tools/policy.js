@@ -102,12 +102,17 @@ function checkProbes(c, env, problems) {
     problems.push(`${c.name}: port "grpc" is ${grpcPort.containerPort}, packd listens on ${listen.port}`);
 }
 
+// After SIGTERM packd reports NOT_SERVING for PACKD_DRAIN_DELAY seconds
+// (default 1), then closes its listener and gives calls in flight
+// PACKD_GRACE_PERIOD seconds; the sum is the longest time it takes to exit.
 function checkDrain(c, env, pod, problems) {
-  const grace = Number(env.PACKD_GRACE_PERIOD);
-  if (!Number.isFinite(grace) || grace <= 0) {
-    problems.push(`${c.name}: PACKD_GRACE_PERIOD must be a positive number of seconds`);
+  const period = Number(env.PACKD_GRACE_PERIOD);
+  const delay = env.PACKD_DRAIN_DELAY === undefined ? 1 : Number(env.PACKD_DRAIN_DELAY);
+  if (!Number.isFinite(period) || period <= 0 || !Number.isFinite(delay) || delay < 0) {
+    problems.push(`${c.name}: PACKD_GRACE_PERIOD and PACKD_DRAIN_DELAY must be numbers of seconds`);
     return;
   }
+  const grace = delay + period;
   const term = pod.spec.terminationGracePeriodSeconds !== undefined ? pod.spec.terminationGracePeriodSeconds : 30;
   const pre = preStopSeconds(c);
   if (!(term > pre + grace))

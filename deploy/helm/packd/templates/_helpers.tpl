@@ -50,13 +50,14 @@ Checks between values that a JSON schema cannot express. The chart refuses
 to render rather than produce a pod the kubelet would SIGKILL mid-drain.
 */}}
 {{- define "packd.checkValues" -}}
-{{- $drain := add .Values.preStopSleepSeconds .Values.config.gracePeriod }}
+{{- $notServing := add .Values.config.drainDelay .Values.config.gracePeriod }}
+{{- $drain := add .Values.preStopSleepSeconds $notServing }}
 {{- if le (int .Values.terminationGracePeriodSeconds) (int $drain) }}
-{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed preStopSleepSeconds + config.gracePeriod (%v)" .Values.terminationGracePeriodSeconds $drain) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed preStopSleepSeconds + config.drainDelay + config.gracePeriod (%v)" .Values.terminationGracePeriodSeconds $drain) }}
 {{- end }}
 {{- $live := mul .Values.probes.liveness.periodSeconds .Values.probes.liveness.failureThreshold }}
-{{- if le (int $live) (int .Values.config.gracePeriod) }}
-{{- fail (printf "probes.liveness gives up after %v s, within the %v s drain (config.gracePeriod)" $live .Values.config.gracePeriod) }}
+{{- if le (int $live) (int $notServing) }}
+{{- fail (printf "probes.liveness gives up after %v s, within the %v s drain (config.drainDelay + config.gracePeriod)" $live $notServing) }}
 {{- end }}
 {{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
 {{- fail (printf "autoscaling.minReplicas (%v) is above autoscaling.maxReplicas (%v)" .Values.autoscaling.minReplicas .Values.autoscaling.maxReplicas) }}
