@@ -4,13 +4,14 @@
  * share, and a red line marks the slot's maximum: the time every rank spends
  * on that slot in lock step. A balanced plan has bars that reach the red
  * line. */
+#include <math.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 
 #include "packctl_output.h"
 
-#define SVG_LEFT 80.0
+#define SVG_LEFT 96.0
 #define SVG_RIGHT 24.0
 #define SVG_TOP 72.0
 #define SVG_PLOT_H 300.0
@@ -74,8 +75,19 @@ int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp) {
     }
     total_slots += slots[m];
   }
-  if (max_cost <= 0)
-    max_cost = 1;
+  /* The axis runs to a round number (a step of 1, 1.2, 1.5, ... 10 times a
+   * power of ten), split into five ticks. */
+  double axis = 1;
+  if (max_cost > 0) {
+    static const double steps[] = {1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10};
+    double p10 = pow(10.0, floor(log10(max_cost)));
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+      axis = steps[k] * p10;
+      if (max_cost <= axis)
+        break;
+    }
+  }
+  max_cost = axis;
 
   /* Bar widths shrink with the number of bars, down to one pixel. */
   double bars = (double)(total_slots * (dp == 0 ? 1 : dp));
@@ -86,8 +98,8 @@ int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp) {
   double slot_w = (double)dp * (bw + bar_gap);
   double plot_w = (double)total_slots * (slot_w + slot_gap) + slot_gap;
   double width = SVG_LEFT + plot_w + SVG_RIGHT;
-  if (width < 720)
-    width = 720;
+  if (width < 760)
+    width = 760;
   double height = SVG_TOP + SVG_PLOT_H + SVG_BOTTOM;
   double base = SVG_TOP + SVG_PLOT_H;
 
@@ -106,7 +118,7 @@ int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp) {
   fputs("</text>\n", f);
   fprintf(f,
           "<text x=\"12\" y=\"42\">%u sequences, %zu DP ranks, %zu mini-batch%s, %u "
-          "micro-batches per rank (lower bound %u)</text>\n",
+          "micro-batches per rank (lower bound %u); one bar per rank in each slot</text>\n",
           st->sequences, dp, minis, minis == 1 ? "" : "es", st->micro_batches_per_rank,
           st->micro_batches_lower_bound);
   fprintf(f,
@@ -120,15 +132,15 @@ int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp) {
           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n"
           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"black\"/>\n",
           SVG_LEFT, SVG_TOP, SVG_LEFT, base, SVG_LEFT, base, SVG_LEFT + plot_w, base);
-  for (int k = 0; k <= 4; k++) {
-    double y = base - SVG_PLOT_H * k / 4.0;
+  for (int k = 0; k <= 5; k++) {
+    double y = base - SVG_PLOT_H * k / 5.0;
     fprintf(f,
             "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.4g</text>\n",
-            SVG_LEFT, y, SVG_LEFT + plot_w, y, SVG_LEFT - 6, y + 4, max_cost * k / 4.0);
+            "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%.6g</text>\n",
+            SVG_LEFT, y, SVG_LEFT + plot_w, y, SVG_LEFT - 6, y + 4, max_cost * k / 5.0);
   }
   fprintf(f,
-          "<text x=\"16\" y=\"%.1f\" transform=\"rotate(-90 16 %.1f)\" "
+          "<text x=\"14\" y=\"%.1f\" transform=\"rotate(-90 14 %.1f)\" "
           "text-anchor=\"middle\">cost</text>\n",
           SVG_TOP + SVG_PLOT_H / 2, SVG_TOP + SVG_PLOT_H / 2);
 
@@ -196,8 +208,8 @@ int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp) {
           SVG_LEFT + 120, ly - 9, SVG_LEFT + 140, ly);
   fprintf(f,
           "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#d62728\" "
-          "stroke-width=\"1.5\"/><text x=\"%.1f\" y=\"%.1f\">slot maximum (lock-step time); "
-          "one bar per DP rank, slots numbered per mini-batch</text>\n",
+          "stroke-width=\"1.5\"/><text x=\"%.1f\" y=\"%.1f\">slot maximum (lock-step "
+          "time)</text>\n",
           SVG_LEFT + 220, ly - 4, SVG_LEFT + 240, ly - 4, SVG_LEFT + 246, ly);
   fputs("</svg>\n", f);
   free(slots);
