@@ -1,36 +1,269 @@
-/* Placeholder for packctl's remote mode. The client engineer replaces this
- * file with the gRPC implementation of the functions below (packctl.h); until
- * then every remote operation fails with a clear message and exit status 1.
- * It is the only file that defines these symbols, so replacing it is enough. */
-#include "packctl.h"
-
+/* packctl remote mode (packctl.h): `plan --server` through the C client
+ * library, `rank-plan` and `health`. `load` lives in packctl_load.c. */
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
+#include "packctl.h"
+#include "packctl_output.h"
+#include "packctl_remote.h"
+#include "packctl_request.h"
+#include "pk_client.h"
 #include "pk_error.h"
 
-static const char not_built[] = "remote mode not built (this packctl has no gRPC client)";
+const char *packctl_server_address(const char *flag) {
+  if (flag != NULL && flag[0] != '\0')
+    return flag;
+  const char *env = getenv("PACKD_SERVER");
+  return env != NULL && env[0] != '\0' ? env : NULL;
+}
+
+int packctl_parse_seconds(const char *text, double *out) {
+  if (text == NULL || text[0] == '\0')
+    return -1;
+  char *end = NULL;
+  errno = 0;
+  double v = strtod(text, &end);
+  if (errno != 0 || *end != '\0' || !isfinite(v) || !(v > 0) || v >= 1e9)
+    return -1;
+  *out = v;
+  return 0;
+}
+
+int packctl_next_flag(int argc, char **argv, int *i, bool takes_value, char *name_buf,
+                      size_t name_len, const char **value) {
+  const char *arg = argv[*i] + 2;
+  const char *eq = strchr(arg, '=');
+  size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
+  if (n >= name_len)
+    n = name_len - 1;
+  memcpy(name_buf, arg, n);
+  name_buf[n] = '\0';
+  *value = NULL;
+  if (eq != NULL) {
+    *value = eq + 1;
+  } else if (takes_value) {
+    if (*i + 1 >= argc)
+      return -1;
+    *value = argv[++*i];
+  }
+  return 0;
+}
 
 int packctl_plan_remote(const char *server, double timeout_s, const Packd__V1__PlanRequest *req,
                         Packd__V1__PlanResponse **resp, char *err, size_t errlen) {
   *resp = NULL;
-  if (err != NULL && errlen > 0)
-    snprintf(err, errlen, "--server %s: %s", server, not_built);
-  return PK_EPRECOND;
+  pk_client_options_t opts;
+  pk_client_options_default(&opts);
+  if (timeout_s > 0)
+    opts.timeout_s = timeout_s;
+  pk_client_t *c = NULL;
+  int rc = pk_client_open(server, &opts, &c, err, errlen);
+  if (rc != PK_OK)
+    return rc;
+  pk_rpc_status_t st;
+  rc = pk_client_plan(c, req, resp, &st);
+  if (rc != PK_OK)
+    snprintf(err, errlen, "server %s answered %s: %s", server, pk_client_status_name(st.code),
+             st.message);
+  pk_client_close(c);
+  return rc;
 }
 
-static int remote_stub(const char *cmd) {
-  fprintf(stderr, "packctl %s: %s\n", cmd, not_built);
-  return PACKCTL_EXIT_FAIL;
+/* ------------------------------------------------------------------------ */
+/* rank-plan                                                                  */
+
+static void rank_plan_usage(FILE *f) {
+  fputs("usage: packctl rank-plan --server HOST:PORT --plan-id ID --rank R [OPTIONS]\n"
+        "\n"
+        "Fetches one data-parallel rank's part of a recent plan (GetRankPlan).\n"
+        "\n"
+        "  --server HOST:PORT   the packd server (default: $PACKD_SERVER)\n"
+        "  --plan-id ID         plan_id of a PlanResponse\n"
+        "  --rank R             the DP rank (0-based)\n"
+        "  --timeout SECONDS    deadline (default 30)\n"
+        "  --format FORMAT      json (default) or summary\n"
+        "\n"
+        "exit status: 0 ok, 1 the server refused (e.g. NOT_FOUND: the plan left the\n"
+        "cache), 2 bad flags.\n",
+        f);
+}
+
+static int usage_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+static int usage_err(const char *cmd, const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  fprintf(stderr, "packctl %s: ", cmd);
+  vfprintf(stderr, fmt, ap);
+  fprintf(stderr, "\nRun 'packctl %s --help' for the options.\n", cmd);
+  va_end(ap);
+  return PACKCTL_EXIT_USAGE;
+}
+
+static void write_rank_summary(FILE *f, const Packd__V1__RankPlan *rk) {
+  fprintf(f, "plan_id %s  dp_rank %u  mini-batches %zu\n", rk->plan_id, rk->dp_rank,
+          rk->n_mini_batches);
+  for (size_t m = 0; m < rk->n_mini_batches; m++) {
+    const Packd__V1__MiniBatch *mb = rk->mini_batches[m];
+    fprintf(f, "mini-batch %zu: %zu micro-batches\n", m, mb->n_micro_batches);
+    for (size_t j = 0; j < mb->n_micro_batches; j++) {
+      const Packd__V1__MicroBatch *mi = mb->micro_batches[j];
+      fprintf(f,
+              "  micro %-3zu seqs %-5zu tokens %-8llu padded %-8llu max_seqlen %-7u cost %-10.1f "
+              "loss_scale %.6f\n",
+              j, mi->n_seqs, (unsigned long long)mi->tokens, (unsigned long long)mi->padded_tokens,
+              mi->max_seqlen, mi->cost, mi->loss_scale);
+    }
+  }
 }
 
 int packctl_cmd_rank_plan(int argc, char **argv) {
-  return remote_stub(argc > 0 ? argv[0] : "rank-plan");
+  const char *cmd = "rank-plan";
+  const char *server = NULL, *plan_id = NULL, *format = "json";
+  uint64_t rank = 0;
+  int have_rank = 0;
+  double timeout_s = 30.0;
+  char err[512];
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      rank_plan_usage(stdout);
+      return PACKCTL_EXIT_OK;
+    }
+    if (strncmp(argv[i], "--", 2) != 0)
+      return usage_err(cmd, "unexpected argument '%s'", argv[i]);
+    char name[64];
+    const char *v;
+    if (packctl_next_flag(argc, argv, &i, true, name, sizeof name, &v) != 0)
+      return usage_err(cmd, "--%s needs a value", name);
+    if (strcmp(name, "server") == 0) {
+      server = v;
+    } else if (strcmp(name, "plan-id") == 0) {
+      plan_id = v;
+    } else if (strcmp(name, "rank") == 0) {
+      if (packctl_parse_u64(v, UINT32_MAX, "--rank", &rank, err, sizeof err) != 0)
+        return usage_err(cmd, "%s", err);
+      have_rank = 1;
+    } else if (strcmp(name, "timeout") == 0) {
+      if (packctl_parse_seconds(v, &timeout_s) != 0)
+        return usage_err(cmd, "--timeout: expected a positive number of seconds, got '%s'", v);
+    } else if (strcmp(name, "format") == 0) {
+      if (strcmp(v, "json") != 0 && strcmp(v, "summary") != 0)
+        return usage_err(cmd, "--format: expected json or summary, got '%s'", v);
+      format = v;
+    } else {
+      return usage_err(cmd, "unknown option '--%s'", name);
+    }
+  }
+  server = packctl_server_address(server);
+  if (server == NULL)
+    return usage_err(cmd, "missing --server HOST:PORT (or $PACKD_SERVER)");
+  if (plan_id == NULL || plan_id[0] == '\0')
+    return usage_err(cmd, "missing --plan-id ID");
+  if (!have_rank)
+    return usage_err(cmd, "missing --rank R");
+
+  pk_client_options_t opts;
+  pk_client_options_default(&opts);
+  opts.timeout_s = timeout_s;
+  pk_client_t *c = NULL;
+  if (pk_client_open(server, &opts, &c, err, sizeof err) != PK_OK) {
+    fprintf(stderr, "packctl %s: %s\n", cmd, err);
+    return PACKCTL_EXIT_FAIL;
+  }
+  Packd__V1__RankPlan *rk = NULL;
+  pk_rpc_status_t st;
+  int rc = pk_client_get_rank_plan(c, plan_id, (uint32_t)rank, &rk, &st);
+  pk_client_close(c);
+  if (rc != PK_OK) {
+    fprintf(stderr, "packctl %s: server %s answered %s: %s\n", cmd, server,
+            pk_client_status_name(st.code), st.message);
+    return PACKCTL_EXIT_FAIL;
+  }
+  int wr;
+  if (strcmp(format, "json") == 0)
+    wr = packctl_write_json(stdout, &rk->base);
+  else {
+    write_rank_summary(stdout, rk);
+    wr = 0;
+  }
+  packd__v1__rank_plan__free_unpacked(rk, NULL);
+  if (wr != 0 || fflush(stdout) != 0) {
+    fprintf(stderr, "packctl %s: writing the output failed\n", cmd);
+    return PACKCTL_EXIT_FAIL;
+  }
+  return PACKCTL_EXIT_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* health                                                                     */
+
+static void health_usage(FILE *f) {
+  fputs("usage: packctl health --server HOST:PORT [--service NAME] [--timeout SECONDS]\n"
+        "\n"
+        "Calls grpc.health.v1.Health/Check and prints SERVING or NOT_SERVING.\n"
+        "  --service NAME      \"\" (default: the whole server) or packd.v1.Planner\n"
+        "  --timeout SECONDS   deadline (default 5)\n"
+        "\n"
+        "exit status: 0 only when SERVING; 1 NOT_SERVING, unreachable or refused;\n"
+        "2 bad flags.\n",
+        f);
 }
 
 int packctl_cmd_health(int argc, char **argv) {
-  return remote_stub(argc > 0 ? argv[0] : "health");
-}
-
-int packctl_cmd_load(int argc, char **argv) {
-  return remote_stub(argc > 0 ? argv[0] : "load");
+  const char *cmd = "health";
+  const char *server = NULL, *service = "";
+  double timeout_s = 5.0;
+  for (int i = 1; i < argc; i++) {
+    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+      health_usage(stdout);
+      return PACKCTL_EXIT_OK;
+    }
+    if (strncmp(argv[i], "--", 2) != 0)
+      return usage_err(cmd, "unexpected argument '%s'", argv[i]);
+    char name[64];
+    const char *v;
+    if (packctl_next_flag(argc, argv, &i, true, name, sizeof name, &v) != 0)
+      return usage_err(cmd, "--%s needs a value", name);
+    if (strcmp(name, "server") == 0)
+      server = v;
+    else if (strcmp(name, "service") == 0)
+      service = v;
+    else if (strcmp(name, "timeout") == 0) {
+      if (packctl_parse_seconds(v, &timeout_s) != 0)
+        return usage_err(cmd, "--timeout: expected a positive number of seconds, got '%s'", v);
+    } else {
+      return usage_err(cmd, "unknown option '--%s'", name);
+    }
+  }
+  server = packctl_server_address(server);
+  if (server == NULL)
+    return usage_err(cmd, "missing --server HOST:PORT (or $PACKD_SERVER)");
+  pk_client_options_t opts;
+  pk_client_options_default(&opts);
+  opts.timeout_s = timeout_s;
+  pk_client_t *c = NULL;
+  char err[512];
+  if (pk_client_open(server, &opts, &c, err, sizeof err) != PK_OK) {
+    fprintf(stderr, "packctl %s: %s\n", cmd, err);
+    return PACKCTL_EXIT_FAIL;
+  }
+  int serving = 0;
+  pk_rpc_status_t st;
+  int rc = pk_client_health(c, service, &serving, &st);
+  pk_client_close(c);
+  if (rc != PK_OK) {
+    printf("UNKNOWN\n");
+    fprintf(stderr, "packctl %s: server %s answered %s: %s\n", cmd, server,
+            pk_client_status_name(st.code), st.message);
+    return PACKCTL_EXIT_FAIL;
+  }
+  const char *names[] = {"UNKNOWN", "SERVING", "NOT_SERVING", "SERVICE_UNKNOWN"};
+  printf("%s\n", serving >= 0 && serving <= 3 ? names[serving] : "UNKNOWN");
+  return serving == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING
+             ? PACKCTL_EXIT_OK
+             : PACKCTL_EXIT_FAIL;
 }

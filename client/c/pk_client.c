@@ -1,0 +1,337 @@
+/* The packd C client (see pk_client.h). Each call is one batch of six ops on
+ * a new call (send metadata, message and close; receive metadata, message
+ * and status) plucked from the client's own completion queue. */
+#include "pk_client.h"
+
+#include <grpc/byte_buffer.h>
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc.h>
+#include <grpc/grpc_security.h>
+#include <grpc/slice.h>
+#include <grpc/support/time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pk_error.h"
+
+enum { M_PLAN = 0, M_GET_RANK = 1, M_HEALTH = 2, M_COUNT = 3 };
+
+static const char *const k_paths[M_COUNT] = {PK_METHOD_PLAN_PATH, PK_METHOD_GET_RANK_PLAN_PATH,
+                                             PK_METHOD_HEALTH_CHECK_PATH};
+
+struct pk_client {
+  grpc_channel *channel;
+  grpc_completion_queue *cq;
+  void *registered[M_COUNT]; /* grpc_channel_register_call handles. */
+  pk_client_options_t opts;
+};
+
+static const char *const k_status_names[] = {
+    "OK",
+    "CANCELLED",
+    "UNKNOWN",
+    "INVALID_ARGUMENT",
+    "DEADLINE_EXCEEDED",
+    "NOT_FOUND",
+    "ALREADY_EXISTS",
+    "PERMISSION_DENIED",
+    "RESOURCE_EXHAUSTED",
+    "FAILED_PRECONDITION",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNIMPLEMENTED",
+    "INTERNAL",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+    "UNAUTHENTICATED",
+};
+
+const char *pk_client_status_name(int code) {
+  if (code < 0 || code >= (int)(sizeof k_status_names / sizeof k_status_names[0]))
+    return "UNKNOWN";
+  return k_status_names[code];
+}
+
+int pk_client_error_from_status(int code) {
+  switch (code) {
+  case GRPC_STATUS_OK:
+    return PK_OK;
+  case GRPC_STATUS_INVALID_ARGUMENT:
+    return PK_EINVAL;
+  case GRPC_STATUS_FAILED_PRECONDITION:
+    return PK_EPRECOND;
+  case GRPC_STATUS_RESOURCE_EXHAUSTED:
+    return PK_ENOMEM;
+  case GRPC_STATUS_NOT_FOUND:
+    return PK_ENOTFOUND;
+  default:
+    return PK_EINTERNAL;
+  }
+}
+
+void pk_client_options_default(pk_client_options_t *opts) {
+  memset(opts, 0, sizeof *opts);
+  opts->timeout_s = 30.0;
+  opts->max_message_bytes = 64LL << 20;
+}
+
+static grpc_arg int_arg(const char *key, int value) {
+  grpc_arg a;
+  memset(&a, 0, sizeof a);
+  a.type = GRPC_ARG_INTEGER;
+  a.key = (char *)key;
+  a.value.integer = value;
+  return a;
+}
+
+int pk_client_open(const char *target, const pk_client_options_t *opts, pk_client_t **out,
+                   char *err, size_t errlen) {
+  *out = NULL;
+  if (target == NULL || target[0] == '\0') {
+    snprintf(err, errlen, "server address is empty (expected HOST:PORT)");
+    return PK_EINVAL;
+  }
+  pk_client_t *c = calloc(1, sizeof *c);
+  if (c == NULL) {
+    snprintf(err, errlen, "out of memory");
+    return PK_ENOMEM;
+  }
+  if (opts != NULL)
+    c->opts = *opts;
+  else
+    pk_client_options_default(&c->opts);
+  if (c->opts.max_message_bytes <= 0)
+    c->opts.max_message_bytes = 64LL << 20;
+  int maxmsg = c->opts.max_message_bytes > INT32_MAX ? INT32_MAX : (int)c->opts.max_message_bytes;
+
+  grpc_init();
+  grpc_arg args[] = {
+      int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, maxmsg),
+      int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, maxmsg),
+      /* Every client gets its own connection, also to the same server; a
+       * load test with N clients then really uses N connections. */
+      int_arg(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1),
+  };
+  grpc_channel_args cargs = {sizeof args / sizeof args[0], args};
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  c->channel = grpc_channel_create(target, creds, &cargs);
+  grpc_channel_credentials_release(creds);
+  if (c->channel == NULL) {
+    grpc_shutdown();
+    free(c);
+    snprintf(err, errlen, "cannot create a channel to \"%s\"", target);
+    return PK_EINVAL;
+  }
+  c->cq = grpc_completion_queue_create_for_pluck(NULL);
+  for (int m = 0; m < M_COUNT; m++)
+    c->registered[m] = grpc_channel_register_call(c->channel, k_paths[m], NULL, NULL);
+  *out = c;
+  return PK_OK;
+}
+
+void pk_client_close(pk_client_t *c) {
+  if (c == NULL)
+    return;
+  grpc_completion_queue_shutdown(c->cq);
+  while (grpc_completion_queue_pluck(c->cq, NULL, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+         GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(c->cq);
+  grpc_channel_destroy(c->channel);
+  free(c);
+  grpc_shutdown();
+}
+
+void pk_client_set_timeout(pk_client_t *c, double timeout_s) {
+  c->opts.timeout_s = timeout_s;
+}
+
+static void set_status(pk_rpc_status_t *st, int code, const char *msg, size_t len) {
+  if (st == NULL)
+    return;
+  st->code = code;
+  if (len >= sizeof st->message)
+    len = sizeof st->message - 1;
+  memcpy(st->message, msg, len);
+  st->message[len] = '\0';
+}
+
+static void noop_free(void *p) {
+  (void)p;
+}
+
+int pk_client_call(pk_client_t *c, const char *method, const uint8_t *req, size_t len,
+                   uint8_t **resp, size_t *resp_len, pk_rpc_status_t *status) {
+  *resp = NULL;
+  *resp_len = 0;
+  gpr_timespec deadline = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+  if (c->opts.timeout_s > 0)
+    deadline = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                            gpr_time_from_micros((int64_t)(c->opts.timeout_s * 1e6), GPR_TIMESPAN));
+  grpc_call *call = NULL;
+  for (int m = 0; m < M_COUNT; m++) {
+    if (c->registered[m] != NULL && strcmp(method, k_paths[m]) == 0) {
+      call = grpc_channel_create_registered_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq,
+                                                 c->registered[m], deadline, NULL);
+      break;
+    }
+  }
+  if (call == NULL) {
+    grpc_slice path = grpc_slice_from_copied_string(method);
+    call = grpc_channel_create_call(c->channel, NULL, GRPC_PROPAGATE_DEFAULTS, c->cq, path, NULL,
+                                    deadline, NULL);
+    grpc_slice_unref(path);
+  }
+  if (call == NULL) {
+    const char *m = "cannot create the call";
+    set_status(status, GRPC_STATUS_INTERNAL, m, strlen(m));
+    return PK_EINTERNAL;
+  }
+
+  /* The request bytes outlive the call, so gRPC may use them without a copy. */
+  grpc_slice req_slice = len > 0 ? grpc_slice_new((void *)req, len, noop_free) : grpc_empty_slice();
+  grpc_byte_buffer *req_bb = grpc_raw_byte_buffer_create(&req_slice, 1);
+  grpc_slice_unref(req_slice);
+  grpc_byte_buffer *resp_bb = NULL;
+  grpc_metadata_array initial_md, trailing_md;
+  grpc_metadata_array_init(&initial_md);
+  grpc_metadata_array_init(&trailing_md);
+  grpc_status_code code = GRPC_STATUS_UNKNOWN;
+  grpc_slice details = grpc_empty_slice();
+
+  grpc_op ops[6];
+  memset(ops, 0, sizeof ops);
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[0].data.send_initial_metadata.count = 0;
+  ops[0].flags = c->opts.wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = req_bb;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &initial_md;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &resp_bb;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &trailing_md;
+  ops[5].data.recv_status_on_client.status = &code;
+  ops[5].data.recv_status_on_client.status_details = &details;
+
+  int rc = PK_OK;
+  char tag;
+  grpc_call_error cerr = grpc_call_start_batch(call, ops, 6, &tag, NULL);
+  if (cerr != GRPC_CALL_OK) {
+    char m[64];
+    int n = snprintf(m, sizeof m, "grpc_call_start_batch failed (%d)", (int)cerr);
+    set_status(status, GRPC_STATUS_INTERNAL, m, (size_t)n);
+    rc = PK_EINTERNAL;
+  } else {
+    grpc_completion_queue_pluck(c->cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    set_status(status, (int)code, (const char *)GRPC_SLICE_START_PTR(details),
+               GRPC_SLICE_LENGTH(details));
+    rc = pk_client_error_from_status((int)code);
+    if (rc == PK_OK) {
+      if (resp_bb == NULL) {
+        const char *m = "the server answered OK without a message";
+        set_status(status, GRPC_STATUS_INTERNAL, m, strlen(m));
+        rc = PK_EDECODE;
+      } else {
+        grpc_byte_buffer_reader rd;
+        if (!grpc_byte_buffer_reader_init(&rd, resp_bb)) {
+          const char *m = "cannot read the answer";
+          set_status(status, GRPC_STATUS_INTERNAL, m, strlen(m));
+          rc = PK_EDECODE;
+        } else {
+          grpc_slice all = grpc_byte_buffer_reader_readall(&rd);
+          grpc_byte_buffer_reader_destroy(&rd);
+          size_t n = GRPC_SLICE_LENGTH(all);
+          *resp = malloc(n > 0 ? n : 1);
+          if (*resp == NULL) {
+            const char *m = "out of memory for the answer";
+            set_status(status, GRPC_STATUS_RESOURCE_EXHAUSTED, m, strlen(m));
+            rc = PK_ENOMEM;
+          } else {
+            memcpy(*resp, GRPC_SLICE_START_PTR(all), n);
+            *resp_len = n;
+          }
+          grpc_slice_unref(all);
+        }
+      }
+    }
+  }
+  grpc_slice_unref(details);
+  grpc_metadata_array_destroy(&initial_md);
+  grpc_metadata_array_destroy(&trailing_md);
+  grpc_byte_buffer_destroy(req_bb);
+  if (resp_bb != NULL)
+    grpc_byte_buffer_destroy(resp_bb);
+  grpc_call_unref(call);
+  return rc;
+}
+
+/* Packs a message into a new buffer; NULL when out of memory. */
+static uint8_t *pack(const ProtobufCMessage *m, size_t *len) {
+  *len = protobuf_c_message_get_packed_size(m);
+  uint8_t *buf = malloc(*len > 0 ? *len : 1);
+  if (buf != NULL)
+    protobuf_c_message_pack(m, buf);
+  return buf;
+}
+
+/* Sends msg to method and unpacks the answer with desc. */
+static int call_message(pk_client_t *c, const char *method, const ProtobufCMessage *msg,
+                        const ProtobufCMessageDescriptor *desc, ProtobufCMessage **out,
+                        pk_rpc_status_t *status) {
+  *out = NULL;
+  size_t len = 0;
+  uint8_t *req = pack(msg, &len);
+  if (req == NULL) {
+    const char *m = "out of memory packing the request";
+    set_status(status, GRPC_STATUS_RESOURCE_EXHAUSTED, m, strlen(m));
+    return PK_ENOMEM;
+  }
+  uint8_t *resp = NULL;
+  size_t resp_len = 0;
+  int rc = pk_client_call(c, method, req, len, &resp, &resp_len, status);
+  free(req);
+  if (rc != PK_OK)
+    return rc;
+  *out = protobuf_c_message_unpack(desc, NULL, resp_len, resp);
+  free(resp);
+  if (*out == NULL) {
+    char m[128];
+    int n = snprintf(m, sizeof m, "the answer (%zu bytes) is not a valid %s", resp_len, desc->name);
+    set_status(status, GRPC_STATUS_INTERNAL, m, (size_t)n);
+    return PK_EDECODE;
+  }
+  return PK_OK;
+}
+
+int pk_client_plan(pk_client_t *c, const Packd__V1__PlanRequest *req,
+                   Packd__V1__PlanResponse **resp, pk_rpc_status_t *status) {
+  return call_message(c, PK_METHOD_PLAN_PATH, &req->base, &packd__v1__plan_response__descriptor,
+                      (ProtobufCMessage **)resp, status);
+}
+
+int pk_client_get_rank_plan(pk_client_t *c, const char *plan_id, uint32_t dp_rank,
+                            Packd__V1__RankPlan **out, pk_rpc_status_t *status) {
+  Packd__V1__GetRankPlanRequest req = PACKD__V1__GET_RANK_PLAN_REQUEST__INIT;
+  req.plan_id = (char *)plan_id;
+  req.dp_rank = dp_rank;
+  return call_message(c, PK_METHOD_GET_RANK_PLAN_PATH, &req.base, &packd__v1__rank_plan__descriptor,
+                      (ProtobufCMessage **)out, status);
+}
+
+int pk_client_health(pk_client_t *c, const char *service, int *serving, pk_rpc_status_t *status) {
+  Grpc__Health__V1__HealthCheckRequest req = GRPC__HEALTH__V1__HEALTH_CHECK_REQUEST__INIT;
+  req.service = (char *)(service != NULL ? service : "");
+  Grpc__Health__V1__HealthCheckResponse *resp = NULL;
+  int rc = call_message(c, PK_METHOD_HEALTH_CHECK_PATH, &req.base,
+                        &grpc__health__v1__health_check_response__descriptor,
+                        (ProtobufCMessage **)&resp, status);
+  if (rc == PK_OK) {
+    *serving = (int)resp->status;
+    grpc__health__v1__health_check_response__free_unpacked(resp, NULL);
+  }
+  return rc;
+}
