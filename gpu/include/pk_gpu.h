@@ -97,6 +97,17 @@ PK_GPU_API int pk_gpu_ctx_check(pk_gpu_ctx_t *ctx);
 /* Waits for the context's stream (host: returns 0 at once). */
 PK_GPU_API int pk_gpu_ctx_sync(pk_gpu_ctx_t *ctx);
 
+/* Memory of the context's backend, for tests, benchmarks and C callers
+ * without an allocator of their own (CUDA: cudaMalloc on the context's
+ * device; host: malloc). The caller frees it with pk_gpu_mem_free. */
+PK_GPU_API int pk_gpu_mem_alloc(pk_gpu_ctx_t *ctx, size_t bytes, void **out);
+PK_GPU_API void pk_gpu_mem_free(pk_gpu_ctx_t *ctx, void *p);
+/* Host memory -> backend memory and back; both wait for the stream. */
+PK_GPU_API int pk_gpu_mem_upload(pk_gpu_ctx_t *ctx, void *dst, const void *src, size_t bytes);
+PK_GPU_API int pk_gpu_mem_download(pk_gpu_ctx_t *ctx, void *dst, const void *src, size_t bytes);
+/* Sets bytes of backend memory to `byte` (in stream order, no wait). */
+PK_GPU_API int pk_gpu_mem_set(pk_gpu_ctx_t *ctx, void *dst, int byte, size_t bytes);
+
 /* ---- Layout of one micro-batch --------------------------------------- */
 
 typedef struct pk_gpu_layout_desc {

@@ -85,6 +85,40 @@ int pk_gpu_ctx_check(pk_gpu_ctx_t *ctx) {
   return pk_gpu_report_bad(&bad);
 }
 
+int pk_gpu_mem_alloc(pk_gpu_ctx_t *ctx, size_t bytes, void **out) {
+  if (ctx == NULL || out == NULL) {
+    return pk_gpu_fail(PK_GPU_EINVAL, "ctx and out are required");
+  }
+  return ctx->ops->mem_alloc(ctx, bytes, out);
+}
+
+void pk_gpu_mem_free(pk_gpu_ctx_t *ctx, void *p) {
+  if (ctx != NULL && p != NULL) {
+    ctx->ops->mem_free(ctx, p);
+  }
+}
+
+int pk_gpu_mem_upload(pk_gpu_ctx_t *ctx, void *dst, const void *src, size_t bytes) {
+  if (ctx == NULL || ((dst == NULL || src == NULL) && bytes > 0)) {
+    return pk_gpu_fail(PK_GPU_EINVAL, "ctx, dst and src are required");
+  }
+  return ctx->ops->mem_copy(ctx, dst, src, bytes, true);
+}
+
+int pk_gpu_mem_download(pk_gpu_ctx_t *ctx, void *dst, const void *src, size_t bytes) {
+  if (ctx == NULL || ((dst == NULL || src == NULL) && bytes > 0)) {
+    return pk_gpu_fail(PK_GPU_EINVAL, "ctx, dst and src are required");
+  }
+  return ctx->ops->mem_copy(ctx, dst, src, bytes, false);
+}
+
+int pk_gpu_mem_set(pk_gpu_ctx_t *ctx, void *dst, int byte, size_t bytes) {
+  if (ctx == NULL || (dst == NULL && bytes > 0)) {
+    return pk_gpu_fail(PK_GPU_EINVAL, "ctx and dst are required");
+  }
+  return ctx->ops->mem_set(ctx, dst, byte, bytes);
+}
+
 /* After a host-backend call, returns the bad datum it recorded (if any). */
 static int host_result(pk_gpu_ctx_t *ctx, int rc) {
   if (rc != 0 || ctx->kind != PK_GPU_BACKEND_HOST) {

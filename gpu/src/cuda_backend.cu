@@ -306,6 +306,36 @@ out:
   return rc;
 }
 
+static int cuda_mem_alloc(pk_gpu_ctx_t *ctx, size_t bytes, void **out) {
+  int rc = 0;
+  *out = NULL;
+  PK_CUDA_CHECK(cudaMalloc(out, bytes == 0 ? 1 : bytes));
+out:
+  return rc;
+}
+
+static void cuda_mem_free(pk_gpu_ctx_t *ctx, void *p) {
+  cudaFree(p);
+}
+
+static int cuda_mem_copy(pk_gpu_ctx_t *ctx, void *dst, const void *src, size_t bytes,
+                         bool to_backend) {
+  int rc = 0;
+  PK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes,
+                                to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
+                                stream_of(ctx)));
+  PK_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+out:
+  return rc;
+}
+
+static int cuda_mem_set(pk_gpu_ctx_t *ctx, void *dst, int byte, size_t bytes) {
+  int rc = 0;
+  PK_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream_of(ctx)));
+out:
+  return rc;
+}
+
 static int cuda_layout_upload(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *l) {
   int rc = 0;
   size_t n1 = (size_t)l->host.n + 1;
@@ -391,9 +421,10 @@ out:
 }
 
 static const pk_gpu_backend_ops_t cuda_backend = {
-    "cuda",           cuda_available,     cuda_ctx_init,    cuda_ctx_fini,
-    cuda_set_stream,  cuda_sync,          cuda_take_bad,    cuda_layout_upload,
-    cuda_layout_free, cuda_spans,         cuda_pack,        cuda_unpack,
+    "cuda",           cuda_available,   cuda_ctx_init,      cuda_ctx_fini,    cuda_set_stream,
+    cuda_sync,        cuda_take_bad,    cuda_mem_alloc,     cuda_mem_free,    cuda_mem_copy,
+    cuda_mem_set,     cuda_layout_upload, cuda_layout_free, cuda_spans,       cuda_pack,
+    cuda_unpack,
 };
 
 extern "C" const pk_gpu_backend_ops_t *pk_gpu_cuda_backend(void) {

@@ -53,6 +53,11 @@ typedef struct pk_gpu_backend_ops {
   int (*sync)(pk_gpu_ctx_t *ctx);
   /* Copies the first bad datum into *bad and clears it (waits if needed). */
   int (*take_bad)(pk_gpu_ctx_t *ctx, pk_gpu_bad_t *bad);
+  int (*mem_alloc)(pk_gpu_ctx_t *ctx, size_t bytes, void **out);
+  void (*mem_free)(pk_gpu_ctx_t *ctx, void *p);
+  /* to_backend: host -> backend memory, else backend -> host; waits. */
+  int (*mem_copy)(pk_gpu_ctx_t *ctx, void *dst, const void *src, size_t bytes, bool to_backend);
+  int (*mem_set)(pk_gpu_ctx_t *ctx, void *dst, int byte, size_t bytes);
   /* Makes layout->dev usable by the backend's kernels. */
   int (*layout_upload)(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *layout);
   void (*layout_free)(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *layout);

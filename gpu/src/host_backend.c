@@ -1,6 +1,7 @@
 /* The host backend: plain C loops over host memory computing the same bytes
  * as the CUDA kernels, through the same index maps (pk_gpu_map.h). It is the
  * oracle of the CUDA tests and lets every test run without a GPU. */
+#include <stdlib.h>
 #include <string.h>
 
 #include "gpu_internal.h"
@@ -27,6 +28,33 @@ static int host_sync(pk_gpu_ctx_t *ctx) {
 static int host_take_bad(pk_gpu_ctx_t *ctx, pk_gpu_bad_t *bad) {
   *bad = ctx->bad;
   memset(&ctx->bad, 0, sizeof ctx->bad);
+  return 0;
+}
+
+static int host_mem_alloc(pk_gpu_ctx_t *ctx, size_t bytes, void **out) {
+  *out = malloc(bytes == 0 ? 1 : bytes);
+  if (*out == NULL) {
+    return pk_gpu_fail(PK_GPU_ENOMEM, "host memory of %zu bytes: out of memory", bytes);
+  }
+  return 0;
+}
+
+static void host_mem_free(pk_gpu_ctx_t *ctx, void *p) {
+  free(p);
+}
+
+static int host_mem_copy(pk_gpu_ctx_t *ctx, void *dst, const void *src, size_t bytes,
+                         bool to_backend) {
+  if (bytes > 0) {
+    memcpy(dst, src, bytes);
+  }
+  return 0;
+}
+
+static int host_mem_set(pk_gpu_ctx_t *ctx, void *dst, int byte, size_t bytes) {
+  if (bytes > 0) {
+    memset(dst, byte, bytes);
+  }
   return 0;
 }
 
@@ -148,6 +176,10 @@ const pk_gpu_backend_ops_t pk_gpu_host_backend = {
     .set_stream = host_set_stream,
     .sync = host_sync,
     .take_bad = host_take_bad,
+    .mem_alloc = host_mem_alloc,
+    .mem_free = host_mem_free,
+    .mem_copy = host_mem_copy,
+    .mem_set = host_mem_set,
     .layout_upload = host_layout_upload,
     .layout_free = host_layout_free,
     .spans = host_spans,

@@ -128,7 +128,11 @@ static void test_bad_span_is_reported_and_row_empty(void **state) {
   int32_t start[2] = {0, 5};
   expect_error(pk_gpu_pack(ctx, l, start, len, 0, &op, 1), PK_GPU_EINVAL, "start[1] = 5");
   start[1] = -1;
-  expect_error(pk_gpu_unpack(ctx, l, start, len, -1, &op, 1), PK_GPU_EINVAL, "start[1] = -1");
+  int64_t back[12];
+  pk_gpu_op_t uop = pkt_op(PK_GPU_FIELD_COPY, 8, 1, out, back, 0);
+  expect_error(pk_gpu_unpack(ctx, l, start, len, -1, &uop, 1), PK_GPU_EINVAL, "start[1] = -1");
+  const int64_t want_back[12] = {1, 2, 3, 0, 0, 0, 0, 0, 0, 0, 0, 0};
+  assert_memory_equal(back, want_back, sizeof want_back);
   pk_gpu_layout_destroy(l);
   pk_gpu_ctx_destroy(ctx);
 }
