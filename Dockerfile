@@ -24,7 +24,9 @@ RUN apt-get update \
 WORKDIR /src
 # .dockerignore lets only the sources of the service into the context.
 COPY . .
-RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=Release \
+# RelWithDebInfo is the build type the tests run (-O2); the symbols are
+# stripped below.
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DPK_BUILD_GPU=OFF -DPK_BUILD_TESTS=OFF -DPK_BUILD_BENCH=OFF \
  && cmake --build /build -j "${BUILD_JOBS}" \
  && mkdir -p /out \

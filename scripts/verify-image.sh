@@ -13,6 +13,9 @@
 #
 # Usage: scripts/verify-image.sh [--base-only]
 #   --base-only    only make the base image (about a minute, once per machine)
+# The build context is the committed tree (git archive HEAD), so that work in
+# progress in the checkout does not leak into the image; PACKD_CONTEXT=worktree
+# builds the working tree as it is instead.
 # Environment: PACKD_IMAGE (tag to build, default localhost/packd:verify),
 #   GRPC_PORT / METRICS_PORT (host ports, default 15051 / 19464),
 #   DRAIN_PATTERN (extended regex the stop log must match, default "drain").
@@ -119,9 +122,16 @@ if [ "${1:-}" = "--base-only" ]; then exit 0; fi
 
 # --- build -----------------------------------------------------------------
 step "podman build -t $IMAGE (log in the build output below on failure)"
+CONTEXT=$ROOT
+if [ "${PACKD_CONTEXT:-head}" != "worktree" ]; then
+  CONTEXT=$WORK/context
+  mkdir -p "$CONTEXT"
+  git archive HEAD | tar -x -C "$CONTEXT"
+  echo "context: git archive of $(git rev-parse --short HEAD)"
+fi
 BUILD_T0=$(date +%s)
 if ! podman build --pull=never --network host --format docker --build-arg BUILD_JOBS=2 \
-  -t "$IMAGE" -f Dockerfile . >"$WORK/build.log" 2>&1; then
+  -t "$IMAGE" -f "$CONTEXT/Dockerfile" "$CONTEXT" >"$WORK/build.log" 2>&1; then
   tail -40 "$WORK/build.log"
   fail "podman build"
 fi
