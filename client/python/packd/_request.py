@@ -53,8 +53,9 @@ def field_map() -> dict:
     return out
 
 
-def enum_value(field, value) -> int:
-    """The number of an enum value given as int, full or short name."""
+def enum_value(field, value, path: str | None = None) -> int:
+    """The number of an enum value given as int, full or short name; path
+    names the field in errors (``batching.mode``)."""
     enum_desc = field.enum_type
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return int(value)  # Out-of-range numbers go to the server, which names them.
@@ -65,7 +66,7 @@ def enum_value(field, value) -> int:
             if s in (v.name, v.name[len(prefix) :]):
                 return v.number
     choices = ", ".join(v.name[len(_enum_prefix(enum_desc)) :].lower() for v in enum_desc.values)
-    raise InvalidArgument(f"{field.full_name.split('.', 2)[-1]}: unknown value {value!r} (expected one of {choices})")
+    raise InvalidArgument(f"{path or field.name}: unknown value {value!r} (expected one of {choices})")
 
 
 def enum_name(field, number: int) -> str:
@@ -80,7 +81,7 @@ def enum_name(field, number: int) -> str:
 def _scalar(path: str, field, value):
     t = field.type
     if t == _desc.FieldDescriptor.TYPE_ENUM:
-        return enum_value(field, value)
+        return enum_value(field, value, path)
     if t == _desc.FieldDescriptor.TYPE_BOOL:
         if not isinstance(value, (bool, np.bool_, int, np.integer)):
             raise InvalidArgument(f"{path}: expected a bool, got {value!r}")

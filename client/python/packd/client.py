@@ -29,6 +29,11 @@ class _RemoteTransport:
     kind = "remote"
 
     def __init__(self, target, options, credentials):
+        self._args = (target, options, credentials)
+        self._open()
+
+    def _open(self):
+        target, options, credentials = self._args
         if credentials is None:
             self.channel = grpc.insecure_channel(target, options=options)
         else:
@@ -54,6 +59,14 @@ class _RemoteTransport:
         resp = self._check(self._req_cls(service=service), timeout=timeout)
         return _health.STATUS_NAMES.get(resp.status, str(resp.status))
 
+    def reconnect(self):
+        """A fresh channel: after UNAVAILABLE the old channel may sit in its
+        reconnect backoff (or keep a failed handshake) while the server is
+        already back; a new channel connects at once."""
+        # The old channel is not closed here: another thread may still be
+        # using it; it closes when garbage collected.
+        self._open()
+
     def close(self):
         self.channel.close()
 
@@ -62,14 +75,10 @@ def _channel_options(max_message_bytes: int, extra) -> list:
     opts = {
         "grpc.max_send_message_length": int(max_message_bytes),
         "grpc.max_receive_message_length": int(max_message_bytes),
-        # The client retries UNAVAILABLE itself (counted, with backoff); the
-        # channel's own retry machinery stays off so the count is exact.
+        # The client retries UNAVAILABLE itself (counted, with backoff, on a
+        # fresh channel); the channel's own retries stay off so the count is
+        # exact.
         "grpc.enable_retries": 0,
-        # Reconnect quickly after a refused connection so that a retry after
-        # our backoff actually tries the server again.
-        "grpc.initial_reconnect_backoff_ms": 100,
-        "grpc.min_reconnect_backoff_ms": 100,
-        "grpc.max_reconnect_backoff_ms": 2000,
     }
     for k, v in dict(extra or {}).items():
         opts[k] = v
@@ -161,6 +170,8 @@ class Client:
                 if code == grpc.StatusCode.UNAVAILABLE and attempt <= self.retries:
                     time.sleep(min(delay, self.max_backoff) * (0.5 + random.random() / 2))
                     delay *= 2
+                    if hasattr(self._transport, "reconnect"):
+                        self._transport.reconnect()
                     continue
                 if code == grpc.StatusCode.UNAVAILABLE and attempt > 1:
                     details = f"{details} (after {attempt} attempts)"

@@ -88,20 +88,19 @@ class ServerProcess:
         from .errors import PlanError
 
         deadline = time.monotonic() + self.start_timeout
-        client = Client(self.target, timeout=1.0, retries=0)
-        try:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError(f"exited with {self.proc.returncode}: {self.log_text()[-2000:]}")
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"exited with {self.proc.returncode}: {self.log_text()[-2000:]}")
+            # A fresh channel per probe: a channel that saw the port closed
+            # waits out its reconnect backoff even once the server listens.
+            with Client(self.target, timeout=1.0, retries=0) as client:
                 try:
                     if client.health() == "SERVING":
                         return
                 except PlanError:
                     pass
-                time.sleep(0.05)
-            raise RuntimeError(f"not SERVING after {self.start_timeout}s: {self.log_text()[-2000:]}")
-        finally:
-            client.close()
+            time.sleep(0.02)
+        raise RuntimeError(f"not SERVING after {self.start_timeout}s: {self.log_text()[-2000:]}")
 
     def log_text(self) -> str:
         """Everything the server printed so far."""
