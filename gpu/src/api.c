@@ -149,12 +149,6 @@ out:
   return rc;
 }
 
-/* The largest power of two <= 16 dividing every non-zero argument. */
-static int32_t vec_bytes(uint64_t a, uint64_t b, uint64_t c) {
-  uint64_t bits = a | b | c | 16;
-  return (int32_t)(bits & (~bits + 1));
-}
-
 /* Resolves and checks ops for pack (unpack = false) or unpack. */
 static int resolve_ops(const pk_gpu_layout_t *layout, bool unpack, int32_t cp_rank,
                        const pk_gpu_op_t *ops, int32_t nops, pk_gpu_kop_t *k) {
@@ -192,13 +186,7 @@ static int resolve_ops(const pk_gpu_layout_t *layout, bool unpack, int32_t cp_ra
     k[i].value = o->value_bits;
     k[i].field = o->field;
     k[i].esize = es;
-    k[i].vec = vec_bytes((uint64_t)k[i].row_bytes, (uint64_t)(uintptr_t)k[i].src,
-                         (uint64_t)(uintptr_t)k[i].dst);
-    int64_t units = k[i].row_bytes / k[i].vec;
-    k[i].lanes = 1;
-    while (k[i].lanes < 32 && k[i].lanes < units) {
-      k[i].lanes *= 2;
-    }
+    pk_kop_geometry(&k[i]);
   }
 out:
   return rc;

@@ -51,6 +51,20 @@ typedef struct pk_gpu_kop {
 #define PK_GPU_BAD_START 2  /* start[row] < 0 or start + length > S. */
 #define PK_GPU_BAD_HOLE 3   /* A mask row whose valid columns are not contiguous. */
 
+/* Sets op->vec (the largest power of two <= 16 dividing the row size and
+ * both pointers) and op->lanes (threads per token row on the GPU: enough
+ * for one vector each, at most a warp) from row_bytes, src and dst. */
+PK_HD void pk_kop_geometry(pk_gpu_kop_t *op) {
+  uint64_t bits =
+      (uint64_t)op->row_bytes | (uint64_t)(uintptr_t)op->src | (uint64_t)(uintptr_t)op->dst | 16;
+  op->vec = (int32_t)(bits & (~bits + 1));
+  int64_t units = op->row_bytes / op->vec;
+  op->lanes = 1;
+  while (op->lanes < 32 && op->lanes < units) {
+    op->lanes *= 2;
+  }
+}
+
 /* The first bad datum seen since the last check. code 0: none. */
 typedef struct pk_gpu_bad {
   int32_t code;

@@ -30,10 +30,10 @@ static inline void case_make(pkt_rng_t *rng, rcase_t *c) {
   c->cp = cps[pkt_range(rng, 0, 3)];
   c->tp = (int32_t)pkt_range(rng, 1, 2);
   c->algo = (int32_t)pkt_range(rng, 0, 1);
-  c->start = calloc((size_t)c->B, sizeof(int32_t));
-  c->length = calloc((size_t)c->B, sizeof(int32_t));
-  c->seqs = calloc((size_t)c->B, sizeof(int32_t));
-  c->cu_pad = calloc((size_t)c->B + 1, sizeof(int32_t));
+  c->start = (int32_t *)calloc((size_t)c->B, sizeof(int32_t));
+  c->length = (int32_t *)calloc((size_t)c->B, sizeof(int32_t));
+  c->seqs = (int32_t *)calloc((size_t)c->B, sizeof(int32_t));
+  c->cu_pad = (int32_t *)calloc((size_t)c->B + 1, sizeof(int32_t));
   for (int32_t b = 0; b < c->B; b++) {
     int64_t kind = pkt_range(rng, 0, 9);
     int32_t len = kind == 0   ? 0
@@ -44,7 +44,7 @@ static inline void case_make(pkt_rng_t *rng, rcase_t *c) {
     c->start[b] = (int32_t)pkt_range(rng, 0, c->S - len);
   }
   /* A random subset of rows in random order. */
-  int32_t *perm = malloc(sizeof(int32_t) * (size_t)c->B);
+  int32_t *perm = (int32_t *)malloc(sizeof(int32_t) * (size_t)c->B);
   for (int32_t b = 0; b < c->B; b++) {
     perm[b] = b;
   }
