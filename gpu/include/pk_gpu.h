@@ -122,8 +122,9 @@ typedef struct pk_gpu_layout_desc {
 
 typedef struct pk_gpu_layout pk_gpu_layout_t;
 
-/* Validates a layout and uploads its metadata once (CUDA: stream-ordered
- * allocation and copy on the context's stream; no synchronisation). The
+/* Validates a layout and uploads its metadata once (CUDA: a stream-ordered
+ * allocation filled by small kernels that carry the bytes as parameters: no
+ * synchronisation, no pinned memory, capturable in a graph). The
  * caller frees it with pk_gpu_layout_destroy (CUDA: freed in stream order on
  * the context's current stream). The layout belongs to `ctx` and must not
  * outlive it. */

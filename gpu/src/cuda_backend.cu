@@ -36,7 +36,9 @@ static int cuda_available(void) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
-    return pk_gpu_fail(PK_GPU_ENOTSUP, "no CUDA device: cudaGetDeviceCount: %s",
+    return pk_gpu_fail(PK_GPU_ENOTSUP,
+                       "no CUDA device: no usable GPU or NVIDIA driver here "
+                       "(cudaGetDeviceCount: %s)",
                        cudaGetErrorString(e));
   }
   if (n == 0) {
@@ -119,6 +121,36 @@ out:
   return rc;
 }
 
+/* Layout metadata travels as kernel parameters, PK_CUDA_CHUNK bytes per
+ * launch: no pinned staging buffer, no pageable copy that could wait for the
+ * stream, and the upload is stream-ordered and graph-capturable. */
+#define PK_CUDA_CHUNK 3072
+
+struct pk_cuda_chunk {
+  uint32_t bytes;
+  unsigned char data[PK_CUDA_CHUNK];
+};
+
+__global__ static void upload_kernel(pk_cuda_chunk c, unsigned char *dst) {
+  for (uint32_t k = threadIdx.x; k < c.bytes; k += blockDim.x) {
+    dst[k] = c.data[k];
+  }
+}
+
+static int upload(pk_gpu_ctx_t *ctx, unsigned char *dst, const void *src, size_t bytes) {
+  int rc = 0;
+  pk_cuda_chunk c;
+  for (size_t off = 0; off < bytes; off += PK_CUDA_CHUNK) {
+    size_t n = bytes - off < PK_CUDA_CHUNK ? bytes - off : PK_CUDA_CHUNK;
+    c.bytes = (uint32_t)n;
+    memcpy(c.data, (const unsigned char *)src + off, n);
+    upload_kernel<<<1, 256, 0, stream_of(ctx)>>>(c, dst + off);
+    PK_CUDA_CHECK(cudaGetLastError());
+  }
+out:
+  return rc;
+}
+
 static int cuda_layout_upload(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *l) {
   int rc = 0;
   size_t n1 = (size_t)l->host.n + 1;
@@ -127,12 +159,8 @@ static int cuda_layout_upload(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *l) {
   unsigned char *block = NULL;
   PK_CUDA_CHECK(cudaMallocAsync((void **)&block, bytes, stream_of(ctx)));
   l->dev_block = block;
-  /* The host arrays live as long as the layout, so the asynchronous copies
-   * may read them late. */
-  PK_CUDA_CHECK(cudaMemcpyAsync(block, l->host_rows, sizeof(int32_t) * n1, cudaMemcpyHostToDevice,
-                                stream_of(ctx)));
-  PK_CUDA_CHECK(cudaMemcpyAsync(block + rows_bytes, l->host_cu, sizeof(int64_t) * n1,
-                                cudaMemcpyHostToDevice, stream_of(ctx)));
+  PK_GPU_CHECK(upload(ctx, block, l->host_rows, sizeof(int32_t) * n1));
+  PK_GPU_CHECK(upload(ctx, block + rows_bytes, l->host_cu, sizeof(int64_t) * n1));
   l->dev = l->host;
   l->dev.rows = (const int32_t *)block;
   l->dev.cu = (const int64_t *)(block + rows_bytes);
@@ -142,10 +170,7 @@ out:
 
 static void cuda_layout_free(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *l) {
   if (l->dev_block != NULL) {
-    /* Stream-ordered: kernels queued before this still see the metadata.
-     * The host arrays are freed by the caller right after; the copies that
-     * read them were queued earlier on the same stream, and pageable copies
-     * are staged before cudaMemcpyAsync returns. */
+    /* Stream-ordered: kernels queued before this still see the metadata. */
     cudaFreeAsync(l->dev_block, stream_of(ctx));
     l->dev_block = NULL;
   }
