@@ -44,7 +44,8 @@ LABEL org.opencontainers.image.title="packd" \
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libgrpc29 libprotobuf-c1 libuv1 libjansson4 libxxhash0 libhttp-parser2.9 \
- && rm -rf /var/lib/apt/lists/* /var/cache/apt/archives/*.deb /var/log/apt /var/log/dpkg.log \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb \
+      /var/log/apt /var/log/dpkg.log \
  && groupadd --system --gid 65532 packd \
  && useradd --system --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent \
       --shell /usr/sbin/nologin packd
