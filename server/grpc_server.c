@@ -124,17 +124,14 @@ static void free_ctx(call_ctx_t *ctx) {
     s->on_stopped(s->user);
 }
 
-/* Keeps one more request of `kind` pending. Does nothing once shutdown has
- * begun. Returns 0, or -1 when no request could be posted. */
-static int post_request(pk_grpc_server_t *s, kind_t kind) {
-  pthread_mutex_lock(&s->mu);
-  if (s->shutdown_started) {
-    pthread_mutex_unlock(&s->mu);
+/* Keeps one more request of `kind` pending; s->mu is held. Does nothing
+ * once shutdown has begun. Returns 0, or -1 when no request could be
+ * posted. */
+static int post_request_locked(pk_grpc_server_t *s, kind_t kind) {
+  if (s->shutdown_started)
     return 0;
-  }
   call_ctx_t *ctx = calloc(1, sizeof *ctx);
   if (ctx == NULL) {
-    pthread_mutex_unlock(&s->mu);
     PK_LOG_ERROR("out of memory posting a %s request", pk_method_name(k_kind_method[kind]));
     return -1;
   }
@@ -152,7 +149,6 @@ static int post_request(pk_grpc_server_t *s, kind_t kind) {
                                             &ctx->md, &ctx->payload, s->cq, s->cq, ctx);
   }
   if (err != GRPC_CALL_OK) {
-    pthread_mutex_unlock(&s->mu);
     grpc_metadata_array_destroy(&ctx->md);
     if (kind == K_GENERIC)
       grpc_call_details_destroy(&ctx->details);
@@ -162,8 +158,14 @@ static int post_request(pk_grpc_server_t *s, kind_t kind) {
     return -1;
   }
   s->contexts++;
-  pthread_mutex_unlock(&s->mu);
   return 0;
+}
+
+static int post_request(pk_grpc_server_t *s, kind_t kind) {
+  pthread_mutex_lock(&s->mu);
+  int rc = post_request_locked(s, kind);
+  pthread_mutex_unlock(&s->mu);
+  return rc;
 }
 
 /* Records and logs a finished call, then frees its context. */
@@ -498,6 +500,18 @@ bool pk_grpc_server_serving(const pk_grpc_server_t *s) {
 void pk_grpc_server_shutdown(pk_grpc_server_t *s) {
   pthread_mutex_lock(&s->mu);
   int already = s->shutdown_started;
+  if (!already) {
+    /* Calls that arrived but wait inside gRPC for a pending request would be
+     * cancelled by the shutdown. Post enough requests to take them (up to
+     * the in-flight bound, which answers the excess RESOURCE_EXHAUSTED), so
+     * that every call the server received is answered. The shutdown then
+     * fails the requests left over. */
+    int extra = s->cfg.max_inflight < 4096 ? s->cfg.max_inflight : 4096;
+    for (int k = 0; k < K_GENERIC; k++)
+      for (int i = 0; i < extra; i++)
+        if (post_request_locked(s, (kind_t)k) != 0)
+          break;
+  }
   s->shutdown_started = 1;
   pthread_mutex_unlock(&s->mu);
   if (!already)

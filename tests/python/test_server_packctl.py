@@ -1,0 +1,145 @@
+"""packctl against a real packd server, as a black box: `plan --server`
+prints exactly what `plan --local` prints for the same request, `rank-plan`,
+`health` exit codes, and `load` (table and JSON)."""
+
+import json
+import signal
+import subprocess
+import time
+
+import pytest
+
+import server_harness as h
+
+WORKLOAD = str(h.WORKLOADS / "azure_conv_2023.txt")
+
+
+def packctl(*args, timeout=120):
+    if not h.PACKCTL.exists():
+        raise RuntimeError(f"{h.PACKCTL} is missing: build first")
+    return subprocess.run([str(h.PACKCTL), *args], capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = h.start("--drain-delay", "0")
+    yield s
+    assert s.stop() == 0
+
+
+PLAN_FLAGS = [
+    ["--dp", "8", "--max-tokens", "16384", "--sample", "500"],
+    ["--dp", "4", "--cp", "2", "--max-tokens", "32768", "--sample", "700", "--seed", "3"],
+    ["--dp", "16", "--mode", "padded", "--max-tokens", "65536", "--sample", "1000", "--mini-batches", "2"],
+    ["--dp", "2", "--mode", "fixed", "--micro-batch-size", "4", "--sample", "64"],
+    ["--dp", "8", "--dp-balance", "kk_equal", "--micro-algo", "kk_count", "--max-tokens", "16384", "--sample", "256"],
+]
+
+
+@pytest.mark.parametrize("flags", PLAN_FLAGS, ids=[" ".join(f[:4]) for f in PLAN_FLAGS])
+def test_plan_server_json_equals_local(server, flags):
+    local = packctl("plan", "--local", "--format", "json", *flags, WORKLOAD)
+    remote = packctl("plan", "--server", server.addr, "--format", "json", *flags, WORKLOAD)
+    assert local.returncode == 0, local.stderr
+    assert remote.returncode == 0, remote.stderr
+    a, b = json.loads(local.stdout), json.loads(remote.stdout)
+    # Planner time is measured, not planned: the only field allowed to differ.
+    a["stats"].pop("planTimeUs", None)
+    b["stats"].pop("planTimeUs", None)
+    assert a == b
+    assert a["planId"]
+
+
+def test_plan_server_errors_exit_1(server):
+    out = packctl("plan", "--server", server.addr, "--dp", "0", WORKLOAD)
+    assert out.returncode == 1
+    assert "INVALID_ARGUMENT" in out.stderr and "parallel.dp" in out.stderr
+    out = packctl("plan", "--server", "127.0.0.1:1", "--timeout", "2", "--dp", "2", WORKLOAD)
+    assert out.returncode == 1
+    assert "UNAVAILABLE" in out.stderr
+
+
+def test_rank_plan(server):
+    out = packctl("plan", "--server", server.addr, "--format", "json", "--dp", "8", "--max-tokens", "16384",
+                  "--sample", "400", WORKLOAD)
+    assert out.returncode == 0, out.stderr
+    plan = json.loads(out.stdout)
+    for rank in (0, 5):
+        got = packctl("rank-plan", "--server", server.addr, "--plan-id", plan["planId"], "--rank", str(rank))
+        assert got.returncode == 0, got.stderr
+        rk = json.loads(got.stdout)
+        assert rk["planId"] == plan["planId"]
+        want = dict(plan["ranks"][rank])
+        want["planId"] = plan["planId"]
+        assert rk == want
+    summary = packctl("rank-plan", "--server", server.addr, "--plan-id", plan["planId"], "--rank", "5",
+                      "--format", "summary")
+    assert summary.returncode == 0 and "dp_rank 5" in summary.stdout
+    miss = packctl("rank-plan", "--server", server.addr, "--plan-id", "deadbeef", "--rank", "0")
+    assert miss.returncode == 1
+    assert "NOT_FOUND" in miss.stderr and "deadbeef" in miss.stderr
+    assert packctl("rank-plan", "--server", server.addr, "--rank", "0").returncode == 2
+
+
+def test_health_exit_codes():
+    s = h.start("--drain-delay", "3")
+    try:
+        out = packctl("health", "--server", s.addr)
+        assert (out.returncode, out.stdout.strip()) == (0, "SERVING")
+        out = packctl("health", "--server", s.addr, "--service", "packd.v1.Planner")
+        assert out.returncode == 0
+        out = packctl("health", "--server", s.addr, "--service", "nope")
+        assert out.returncode == 1 and "NOT_FOUND" in out.stderr
+        s.signal(signal.SIGTERM)
+        time.sleep(0.3)
+        out = packctl("health", "--server", s.addr)
+        assert (out.returncode, out.stdout.strip()) == (1, "NOT_SERVING")
+        assert s.wait(timeout=20) == 0
+        out = packctl("health", "--server", s.addr, "--timeout", "2")
+        assert out.returncode == 1 and "UNAVAILABLE" in out.stderr
+    finally:
+        s.stop()
+    assert packctl("health").returncode == 2
+
+
+def test_load_table_and_json(server):
+    out = packctl("load", "--server", server.addr, "--lengths", WORKLOAD, "--sample", "512", "--dp", "8",
+                  "--max-tokens", "16384", "--concurrency", "2", "--duration", "1", "--warmup", "0.2",
+                  "--format", "json")
+    assert out.returncode == 0, out.stderr
+    r = json.loads(out.stdout)
+    assert r["requests"] > 0 and r["errors"]["total"] == 0
+    assert r["concurrency"] == 2 and r["sequences"] == 512
+    lat = r["latency_ms"]
+    assert 0 < lat["p50"] <= lat["p90"] <= lat["p99"] <= lat["max"]
+    assert r["requests_per_s"] > 0
+    out = packctl("load", "--server", server.addr, "--lengths", WORKLOAD, "--sample", "128", "--dp", "4",
+                  "--duration", "0.5", "--warmup", "0")
+    assert out.returncode == 0, out.stderr
+    for word in ("requests/s", "p50", "p90", "p99", "errors by status"):
+        assert word in out.stdout
+
+
+def test_load_reports_refusals_and_bad_flags(server):
+    # A request the server refuses fails before the clock starts.
+    out = packctl("load", "--server", server.addr, "--lengths", WORKLOAD, "--dp", "4", "--max-tokens", "10",
+                  "--duration", "0.5")
+    assert out.returncode == 1
+    assert "FAILED_PRECONDITION" in out.stderr
+    out = packctl("load", "--server", server.addr, "--lengths", WORKLOAD, "--dp", "4", "--bogus", "1")
+    assert out.returncode == 2 and "--bogus" in out.stderr
+    out = packctl("load", "--server", server.addr, "--lengths", WORKLOAD, "--duration", "1")
+    assert out.returncode == 2 and "--dp" in out.stderr
+
+
+def test_load_counts_errors_by_status():
+    s = h.start("--drain-delay", "0", "--workers", "4", "--max-inflight", "1", "--debug-delay-ms", "20")
+    try:
+        out = packctl("load", "--server", s.addr, "--lengths", WORKLOAD, "--sample", "64", "--dp", "2",
+                      "--concurrency", "6", "--duration", "1", "--warmup", "0", "--format", "json")
+        r = json.loads(out.stdout)
+        assert out.returncode == 1
+        assert r["errors"]["by_status"].get("RESOURCE_EXHAUSTED", 0) > 0
+        assert set(r["errors"]["by_status"]) == {"RESOURCE_EXHAUSTED"}
+    finally:
+        assert s.stop() == 0
