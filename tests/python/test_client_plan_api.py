@@ -118,3 +118,22 @@ def test_planner_layout_matches_the_formulas(client, kw):
         algo = kw.get("cp_algo", "zigzag")
         sizes = {layout.partition_index(mb, cp, r, algo, kw.get("tp", 1)).size for r in range(cp)}
         assert len(sizes) == 1 and sizes.pop() <= 24576
+
+
+def test_library_lookup_order(monkeypatch, tmp_path):
+    from packd import _embedded
+
+    built = Path(os.environ["PACKD_BUILD_DIR"]) / "server" / "libpackd.so"
+    monkeypatch.delenv("PACKD_LIB", raising=False)
+    assert _embedded.find_library() in (built, Path(_embedded.__file__).resolve().parent / "libpackd.so")
+    copy = tmp_path / "libpackd-copy.so"
+    copy.write_bytes(built.read_bytes())
+    monkeypatch.setenv("PACKD_LIB", str(copy))
+    assert _embedded.find_library() == copy
+    c = packd.Client.local()
+    assert str(copy) in repr(c) and c.plan([3, 4], dp=1).num_sequences == 2
+    # An explicit choice that does not exist is an error naming it.
+    monkeypatch.setenv("PACKD_LIB", str(tmp_path / "missing.so"))
+    with pytest.raises(FileNotFoundError, match="missing.so.*PACKD_LIB"):
+        packd.Client.local()
+    assert _embedded.find_library(built) == built

@@ -22,7 +22,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from . import _stubs
-from .errors import InvalidArgument, NotFound, PlanError, error_for
+from .errors import InvalidArgument, NotFound, error_for
 
 _ERR_LEN = 1024
 
@@ -134,4 +134,4 @@ class EmbeddedTransport:
         self._cache.clear()
 
 
-__all__ = ["EmbeddedTransport", "Library", "find_library", "PlanError"]
+__all__ = ["EmbeddedTransport", "Library", "find_library"]
