@@ -305,9 +305,10 @@ PK_GPU_API int pk_gpu_fake_stats(pk_gpu_fake_hub_t *hub, int32_t rank, pk_gpu_fa
 #define PK_GPU_NCCL_ID_BYTES 128
 /* ncclGetUniqueId into id (PK_GPU_NCCL_ID_BYTES bytes). */
 PK_GPU_API int pk_gpu_nccl_unique_id(void *id);
-/* ncclCommInitRank on the current device; *comm is an ncclComm_t that the
+/* ncclCommInitRank on CUDA device `device`; *comm is an ncclComm_t that the
  * caller frees with pk_gpu_nccl_comm_destroy. */
-PK_GPU_API int pk_gpu_nccl_comm_init(int32_t nranks, const void *id, int32_t rank, void **comm);
+PK_GPU_API int pk_gpu_nccl_comm_init(int32_t nranks, const void *id, int32_t rank, int device,
+                                     void **comm);
 PK_GPU_API void pk_gpu_nccl_comm_destroy(void *comm);
 /* A transport over an existing ncclComm_t running on `stream`
  * (cudaStream_t). The caller keeps the communicator and frees the transport

@@ -30,6 +30,34 @@ static cudaStream_t stream_of(pk_gpu_ctx_t *ctx) {
   return (cudaStream_t)ctx->stream;
 }
 
+/* Makes the context's device current for this (static) CUDA runtime for the
+ * duration of a call and restores the caller's afterwards. The library's
+ * runtime keeps its own current device per thread, apart from PyTorch's, so
+ * every call that allocates, copies or launches selects it explicitly. */
+struct pk_device_guard {
+  int prev = -1;
+  int dev;
+  cudaError_t err = cudaSuccess;
+  explicit pk_device_guard(int d) : dev(d) {
+    err = cudaGetDevice(&prev);
+    if (err == cudaSuccess && prev != dev) {
+      err = cudaSetDevice(dev);
+    }
+  }
+  ~pk_device_guard() {
+    if (prev >= 0 && prev != dev) {
+      cudaSetDevice(prev);
+    }
+  }
+};
+
+#define PK_CUDA_GUARD(ctx)                                                                         \
+  pk_device_guard guard_((ctx)->device);                                                           \
+  if (guard_.err != cudaSuccess) {                                                                 \
+    return pk_gpu_fail(PK_GPU_EDEVICE, "selecting CUDA device %d: %s", (ctx)->device,              \
+                       cudaGetErrorString(guard_.err));                                            \
+  }
+
 /* ---- Backend table ----------------------------------------------------- */
 
 static int cuda_available(void) {
@@ -47,21 +75,30 @@ static int cuda_available(void) {
   return 0;
 }
 
+static int ctx_alloc_status(pk_gpu_ctx_t *ctx) {
+  PK_CUDA_GUARD(ctx);
+  int rc = 0;
+  PK_CUDA_CHECK(cudaMalloc(&ctx->dev_bad, sizeof(pk_gpu_bad_t)));
+  PK_CUDA_CHECK(cudaMemset(ctx->dev_bad, 0, sizeof(pk_gpu_bad_t)));
+out:
+  return rc;
+}
+
 static int cuda_ctx_init(pk_gpu_ctx_t *ctx, int device) {
   int rc = 0;
   int n = 0;
   PK_CUDA_CHECK(cudaGetDeviceCount(&n));
   PK_GPU_REQUIRE(device >= 0 && device < n, PK_GPU_EINVAL, "device = %d: expected 0..%d", device,
                  n - 1);
-  PK_CUDA_CHECK(cudaSetDevice(device));
-  PK_CUDA_CHECK(cudaMalloc(&ctx->dev_bad, sizeof(pk_gpu_bad_t)));
-  PK_CUDA_CHECK(cudaMemset(ctx->dev_bad, 0, sizeof(pk_gpu_bad_t)));
+  ctx->device = device;
   ctx->stream = NULL;
+  rc = ctx_alloc_status(ctx);
 out:
   return rc;
 }
 
 static void cuda_ctx_fini(pk_gpu_ctx_t *ctx) {
+  pk_device_guard guard(ctx->device);
   if (ctx->dev_bad != NULL) {
     cudaFree(ctx->dev_bad);
     ctx->dev_bad = NULL;
@@ -74,6 +111,7 @@ static int cuda_set_stream(pk_gpu_ctx_t *ctx, void *stream) {
 }
 
 static int cuda_sync(pk_gpu_ctx_t *ctx) {
+  PK_CUDA_GUARD(ctx);
   int rc = 0;
   PK_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
 out:
@@ -81,6 +119,7 @@ out:
 }
 
 static int cuda_take_bad(pk_gpu_ctx_t *ctx, pk_gpu_bad_t *bad) {
+  PK_CUDA_GUARD(ctx);
   int rc = 0;
   memset(bad, 0, sizeof *bad);
   PK_CUDA_CHECK(
@@ -92,6 +131,7 @@ out:
 }
 
 static int cuda_mem_alloc(pk_gpu_ctx_t *ctx, size_t bytes, void **out) {
+  PK_CUDA_GUARD(ctx);
   int rc = 0;
   *out = NULL;
   PK_CUDA_CHECK(cudaMalloc(out, bytes == 0 ? 1 : bytes));
@@ -100,11 +140,13 @@ out:
 }
 
 static void cuda_mem_free(pk_gpu_ctx_t *ctx, void *p) {
+  pk_device_guard guard(ctx->device);
   cudaFree(p);
 }
 
 static int cuda_mem_copy(pk_gpu_ctx_t *ctx, void *dst, const void *src, size_t bytes,
                          bool to_backend) {
+  PK_CUDA_GUARD(ctx);
   int rc = 0;
   PK_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes,
                                 to_backend ? cudaMemcpyHostToDevice : cudaMemcpyDeviceToHost,
@@ -115,6 +157,7 @@ out:
 }
 
 static int cuda_mem_set(pk_gpu_ctx_t *ctx, void *dst, int byte, size_t bytes) {
+  PK_CUDA_GUARD(ctx);
   int rc = 0;
   PK_CUDA_CHECK(cudaMemsetAsync(dst, byte, bytes, stream_of(ctx)));
 out:
@@ -152,6 +195,7 @@ out:
 }
 
 static int cuda_layout_upload(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *l) {
+  PK_CUDA_GUARD(ctx);
   int rc = 0;
   size_t n1 = (size_t)l->host.n + 1;
   size_t rows_bytes = (sizeof(int32_t) * n1 + 15) / 16 * 16;
@@ -169,6 +213,7 @@ out:
 }
 
 static void cuda_layout_free(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *l) {
+  pk_device_guard guard(ctx->device);
   if (l->dev_block != NULL) {
     /* Stream-ordered: kernels queued before this still see the metadata. */
     cudaFreeAsync(l->dev_block, stream_of(ctx));
@@ -178,6 +223,7 @@ static void cuda_layout_free(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *l) {
 
 static int cuda_spans(pk_gpu_ctx_t *ctx, const void *mask, int32_t esize, int32_t batch,
                       int32_t seqlen, int32_t *start, int32_t *length) {
+  PK_CUDA_GUARD(ctx);
   int rc = 0;
   unsigned blocks = (unsigned)(batch < PK_CUDA_MAX_BLOCKS ? batch : PK_CUDA_MAX_BLOCKS);
   spans_kernel<<<blocks, PK_CUDA_THREADS, 0, stream_of(ctx)>>>(
@@ -190,6 +236,7 @@ out:
 static int cuda_pack(pk_gpu_ctx_t *ctx, const pk_gpu_layout_t *l, const int32_t *start,
                      const int32_t *length, int32_t cp_rank, const pk_gpu_kop_t *ops,
                      int32_t nops) {
+  PK_CUDA_GUARD(ctx);
   int rc = 0;
   pk_cuda_ops k;
   memset(&k, 0, sizeof k);
@@ -205,6 +252,7 @@ out:
 static int cuda_unpack(pk_gpu_ctx_t *ctx, const pk_gpu_layout_t *l, const int32_t *start,
                        const int32_t *length, int32_t cp_rank, const pk_gpu_kop_t *ops,
                        int32_t nops) {
+  PK_CUDA_GUARD(ctx);
   int rc = 0;
   pk_cuda_ops k;
   memset(&k, 0, sizeof k);

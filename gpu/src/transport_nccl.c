@@ -26,6 +26,7 @@ typedef struct nccl_tp {
   pk_gpu_transport_t tp; /* First member: the public pointer is the struct. */
   ncclComm_t comm;
   cudaStream_t stream;
+  int device; /* The communicator's CUDA device. */
 } nccl_tp_t;
 
 static int nccl_group_start(void *impl) {
@@ -52,7 +53,19 @@ static int nccl_recv(void *impl, void *buf, size_t bytes, int32_t peer) {
 
 static int nccl_copy(void *impl, void *dst, const void *src, size_t bytes) {
   nccl_tp_t *t = impl;
-  cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, t->stream);
+  /* This library's CUDA runtime has its own current device: select the
+   * communicator's for the copy and restore the caller's. */
+  int prev = -1;
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e == cudaSuccess && prev != t->device) {
+    e = cudaSetDevice(t->device);
+  }
+  if (e == cudaSuccess) {
+    e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, t->stream);
+  }
+  if (prev >= 0 && prev != t->device) {
+    cudaSetDevice(prev);
+  }
   if (e != cudaSuccess) {
     return pk_gpu_fail(PK_GPU_EDEVICE, "self move of %zu bytes: cudaMemcpyAsync: %s", bytes,
                        cudaGetErrorString(e));
@@ -76,15 +89,33 @@ int pk_gpu_nccl_unique_id(void *id) {
   return 0;
 }
 
-int pk_gpu_nccl_comm_init(int32_t nranks, const void *id, int32_t rank, void **comm) {
+int pk_gpu_nccl_comm_init(int32_t nranks, const void *id, int32_t rank, int device, void **comm) {
   if (id == NULL || comm == NULL || nranks < 1 || rank < 0 || rank >= nranks) {
     return pk_gpu_fail(PK_GPU_EINVAL, "nccl comm: rank %d of %d (id and comm required)", (int)rank,
                        (int)nranks);
   }
   ncclUniqueId u;
   memcpy(&u, id, sizeof u);
+  /* NCCL binds the communicator to the current device: select `device`
+   * for the call and restore the caller's afterwards. */
+  int prev = -1;
+  cudaError_t e = cudaGetDevice(&prev);
+  if (e == cudaSuccess && prev != device) {
+    e = cudaSetDevice(device);
+  }
+  if (e != cudaSuccess) {
+    return pk_gpu_fail(PK_GPU_EDEVICE, "nccl comm: selecting CUDA device %d: %s", device,
+                       cudaGetErrorString(e));
+  }
   ncclComm_t c = NULL;
-  PK_NCCL_CHECK(ncclCommInitRank(&c, nranks, u, rank));
+  ncclResult_t r = ncclCommInitRank(&c, nranks, u, rank);
+  if (prev >= 0 && prev != device) {
+    cudaSetDevice(prev);
+  }
+  if (r != ncclSuccess) {
+    return pk_gpu_fail(PK_GPU_EDEVICE, "ncclCommInitRank (rank %d of %d on device %d): %s",
+                       (int)rank, (int)nranks, device, ncclGetErrorString(r));
+  }
   *comm = c;
   return 0;
 }
@@ -100,15 +131,17 @@ int pk_gpu_nccl_transport_create(void *comm, void *stream, pk_gpu_transport_t **
     return pk_gpu_fail(PK_GPU_EINVAL, "nccl transport: comm and out are required");
   }
   *out = NULL;
-  int size = 0, rank = 0;
+  int size = 0, rank = 0, device = 0;
   PK_NCCL_CHECK(ncclCommCount((ncclComm_t)comm, &size));
   PK_NCCL_CHECK(ncclCommUserRank((ncclComm_t)comm, &rank));
+  PK_NCCL_CHECK(ncclCommCuDevice((ncclComm_t)comm, &device));
   nccl_tp_t *t = calloc(1, sizeof *t);
   if (t == NULL) {
     return pk_gpu_fail(PK_GPU_ENOMEM, "nccl transport: out of memory");
   }
   t->comm = (ncclComm_t)comm;
   t->stream = (cudaStream_t)stream;
+  t->device = device;
   t->tp.impl = t;
   t->tp.rank = rank;
   t->tp.size = size;
@@ -137,7 +170,7 @@ int pk_gpu_nccl_unique_id(void *id) {
   return no_nccl();
 }
 
-int pk_gpu_nccl_comm_init(int32_t nranks, const void *id, int32_t rank, void **comm) {
+int pk_gpu_nccl_comm_init(int32_t nranks, const void *id, int32_t rank, int device, void **comm) {
   return no_nccl();
 }
 

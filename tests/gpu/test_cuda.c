@@ -300,7 +300,7 @@ static void test_nccl_one_rank(void) {
   void *comm = NULL;
   pk_gpu_transport_t *tp = NULL;
   OK(pk_gpu_nccl_unique_id(id));
-  OK(pk_gpu_nccl_comm_init(1, id, 0, &comm));
+  OK(pk_gpu_nccl_comm_init(1, id, 0, 0, &comm));
   OK(pk_gpu_nccl_transport_create(comm, NULL, &tp));
   if (tp == NULL) {
     return;
