@@ -15,6 +15,10 @@
 #define PK_CUDA_THREADS 256
 #define PK_CUDA_MAX_BLOCKS 65535
 
+/* Kernel parameters whose address is taken are marked __grid_constant__
+ * (CUDA 11.7+, sm_70+): the kernels index them in place instead of copying
+ * the ~3.6 KB op table into every thread's local memory. */
+
 /* The ops of one launch, passed by value as a kernel parameter (no upload,
  * so the launch can be captured in a graph). */
 struct pk_cuda_ops {
@@ -122,8 +126,9 @@ __device__ static void fill_row(unsigned char *d, int64_t nbytes, uint64_t bits,
 
 /* ---- Kernels ----------------------------------------------------------- */
 
-__global__ static void pack_kernel(pk_gpu_meta_t m, const int32_t *start, const int32_t *length,
-                                   int32_t r, pk_cuda_ops ops, pk_gpu_bad_t *bad) {
+__global__ static void pack_kernel(const __grid_constant__ pk_gpu_meta_t m, const int32_t *start,
+                                   const int32_t *length, int32_t r,
+                                   const __grid_constant__ pk_cuda_ops ops, pk_gpu_bad_t *bad) {
   const pk_gpu_kop_t *op = &ops.op[blockIdx.y];
   const int lanes = op->lanes;
   const int lane = (int)(threadIdx.x & (unsigned)(lanes - 1));
@@ -149,8 +154,9 @@ __global__ static void pack_kernel(pk_gpu_meta_t m, const int32_t *start, const 
   }
 }
 
-__global__ static void unpack_kernel(pk_gpu_meta_t m, const int32_t *start, const int32_t *length,
-                                     int32_t r, pk_cuda_ops ops, pk_gpu_bad_t *bad) {
+__global__ static void unpack_kernel(const __grid_constant__ pk_gpu_meta_t m, const int32_t *start,
+                                     const int32_t *length, int32_t r,
+                                     const __grid_constant__ pk_cuda_ops ops, pk_gpu_bad_t *bad) {
   const pk_gpu_kop_t *op = &ops.op[blockIdx.y];
   const int lanes = op->lanes;
   const int lane = (int)(threadIdx.x & (unsigned)(lanes - 1));

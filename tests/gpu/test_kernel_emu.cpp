@@ -15,6 +15,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __shared__ static
+#define __grid_constant__
 
 struct emu_dim3 {
   unsigned x, y, z;
