@@ -154,7 +154,10 @@ static int resolve_ops(const pk_gpu_layout_t *layout, bool unpack, int32_t cp_ra
                        const pk_gpu_op_t *ops, int32_t nops, pk_gpu_kop_t *k) {
   int rc = 0;
   const pk_gpu_meta_t *m = &layout->host;
-  bool work_in = unpack ? (m->n > 0 && m->seqlen > 0) : m->local > 0;
+  /* Pointers are required only when the call reads or writes through them
+   * (an empty torch tensor has data_ptr() == 0). */
+  bool writes = unpack ? (m->n > 0 && m->seqlen > 0) : m->local > 0;
+  bool reads = unpack ? (writes && m->total > 0) : m->local > 0;
   PK_GPU_REQUIRE(nops >= 0 && nops <= PK_GPU_MAX_OPS, PK_GPU_EINVAL,
                  "nops = %d: expected 0..%d tensors per call", (int)nops, PK_GPU_MAX_OPS);
   PK_GPU_REQUIRE(ops != NULL || nops == 0, PK_GPU_EINVAL, "ops = NULL with nops = %d", (int)nops);
@@ -176,9 +179,9 @@ static int resolve_ops(const pk_gpu_layout_t *layout, bool unpack, int32_t cp_ra
                    "ops[%d]: position ids need width 1 and elem_size 4 or 8 (got %lld, %d)", (int)i,
                    (long long)o->width, (int)es);
     bool needs_src = o->field == PK_GPU_FIELD_COPY || o->field == PK_GPU_FIELD_LABELS;
-    PK_GPU_REQUIRE(!needs_src || o->src != NULL || !work_in, PK_GPU_EINVAL,
+    PK_GPU_REQUIRE(!needs_src || o->src != NULL || !reads, PK_GPU_EINVAL,
                    "ops[%d].src = NULL: this field reads a tensor", (int)i);
-    PK_GPU_REQUIRE(o->dst != NULL || !work_in, PK_GPU_EINVAL, "ops[%d].dst = NULL", (int)i);
+    PK_GPU_REQUIRE(o->dst != NULL || !writes, PK_GPU_EINVAL, "ops[%d].dst = NULL", (int)i);
     k[i].src = needs_src ? o->src : NULL;
     k[i].dst = o->dst;
     k[i].row_bytes = o->width * es;

@@ -137,6 +137,30 @@ static void test_bad_span_is_reported_and_row_empty(void **state) {
   pk_gpu_ctx_destroy(ctx);
 }
 
+/* Empty streams: NULL data pointers are fine where nothing is read or
+ * written (an empty torch tensor has data_ptr() == 0). */
+static void test_empty_stream_null_pointers(void **state) {
+  pk_gpu_ctx_t *ctx = host_ctx();
+  const int32_t seqs[2] = {0, 1}, cu[3] = {0, 0, 0}, len[2] = {0, 0};
+  pk_gpu_layout_desc_t d = pkt_desc(2, 3, 2, seqs, cu, 2, PK_GPU_CP_ZIGZAG);
+  pk_gpu_layout_t *l = NULL;
+  assert_int_equal(pk_gpu_layout_create(ctx, &d, &l), 0);
+  assert_int_equal(pk_gpu_layout_tokens(l), 0);
+  pk_gpu_op_t op = pkt_op(PK_GPU_FIELD_COPY, 4, 1, NULL, NULL, 0);
+  assert_int_equal(pk_gpu_pack(ctx, l, NULL, len, 1, &op, 1), 0);
+  int32_t out[6];
+  memset(out, 0x11, sizeof out);
+  op.dst = out;
+  assert_int_equal(pk_gpu_unpack(ctx, l, NULL, len, -1, &op, 1), 0);
+  for (int k = 0; k < 6; k++) {
+    assert_int_equal(out[k], 0);
+  }
+  op.dst = NULL;
+  expect_error(pk_gpu_unpack(ctx, l, NULL, len, -1, &op, 1), PK_GPU_EINVAL, "ops[0].dst = NULL");
+  pk_gpu_layout_destroy(l);
+  pk_gpu_ctx_destroy(ctx);
+}
+
 static void test_spans_rejects(void **state) {
   pk_gpu_ctx_t *ctx = host_ctx();
   int32_t s[2], l[2];
@@ -187,6 +211,7 @@ int main(void) {
       cmocka_unit_test(test_layout_rejects),
       cmocka_unit_test(test_op_rejects),
       cmocka_unit_test(test_bad_span_is_reported_and_row_empty),
+      cmocka_unit_test(test_empty_stream_null_pointers),
       cmocka_unit_test(test_spans_rejects),
       cmocka_unit_test(test_backend_and_helpers),
   };
