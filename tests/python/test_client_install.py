@@ -28,7 +28,7 @@ def venv(tmp_path_factory):
     src = root / "src"
     # A clean copy: nothing generated or built in the checkout is used.
     shutil.copytree(REPO / "client" / "python", src,
-                    ignore=shutil.ignore_patterns("build", "*.egg-info", "_proto", "__pycache__", "libpackd.so"))
+                    ignore=shutil.ignore_patterns("build", "*.egg-info", "_proto", "__pycache__", "libpackd.so", "libpackd_gpu.so"))
     env_dir = root / "venv"
     subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(env_dir)], check=True)
     py = env_dir / "bin" / "python"
