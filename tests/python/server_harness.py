@@ -10,7 +10,10 @@ relative: protoc would otherwise name them after `packd` and `grpc`, which
 clash with the packd package and with grpcio itself.
 
 Environment: PACKD_BUILD_DIR (default <repo>/build) holds server/packd and
-client/c/packctl.
+client/c/packctl. PACKD_VALGRIND=1 runs every server under valgrind
+(memcheck, leak kinds definite/indirect/possible are errors, suppressions in
+tests/python/packd.supp); an error makes the server exit with 99, which the
+tests see as a failed stop.
 """
 
 from __future__ import annotations
@@ -152,14 +155,26 @@ def launch(*args, env=None, listen="127.0.0.1:0", metrics_listen="127.0.0.1:0"):
             del full_env[k]
     full_env.update(env or {})
     cmd = [str(PACKD), "--listen", listen, "--metrics-listen", metrics_listen, *args]
+    if os.environ.get("PACKD_VALGRIND") == "1":
+        cmd = [
+            "valgrind",
+            "--quiet",
+            "--error-exitcode=99",
+            "--leak-check=full",
+            "--errors-for-leak-kinds=definite,indirect,possible",
+            f"--suppressions={Path(__file__).resolve().parent / 'packd.supp'}",
+            *cmd,
+        ]
     proc = subprocess.Popen(cmd, stdout=fd, stderr=subprocess.STDOUT, env=full_env)
     os.close(fd)
     return proc, log_path
 
 
-def start(*args, env=None, timeout: float = 15.0) -> Server:
+def start(*args, env=None, timeout: float = None) -> Server:
     """Starts packd on free loopback ports and waits for its start-up line."""
     proc, log_path = launch(*args, env=env)
+    if timeout is None:
+        timeout = 60.0 if os.environ.get("PACKD_VALGRIND") == "1" else 15.0
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         text = Path(log_path).read_text(errors="replace")
@@ -196,3 +211,17 @@ def workload(name: str = "azure_conv_2023.txt", n: int | None = None):
             if n is not None and len(out) >= n:
                 break
     return out
+
+
+def eventually(check, timeout: float = 10.0):
+    """Calls check() until it stops raising AssertionError or timeout passes.
+    The server records a call (metrics, log line) when the last byte of the
+    answer has left, which may be just after the client has it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return check()
+        except AssertionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)

@@ -56,8 +56,11 @@ def test_startup_line_shows_effective_config_from_env_and_flags():
         assert "log_level=debug" in first
         with s.channel() as ch:
             st.packd_pb2_grpc.PlannerStub(ch).Plan(h.plan_request([1, 2, 3], dp=1))
-        time.sleep(0.2)
-        assert re.search(r"debug packd: rpc Plan code=OK .* seqs=3 plan_id=[0-9a-f]+", s.log())
+
+        def logged():
+            assert re.search(r"debug packd: rpc Plan code=OK .* seqs=3 plan_id=[0-9a-f]+", s.log())
+
+        h.eventually(logged)
     finally:
         assert s.stop() == 0
 
@@ -70,9 +73,12 @@ def test_health_through_shutdown_not_serving_first():
         assert s.http_get("/readyz")[0] == 200
         assert s.http_get("/healthz")[0] == 200
         s.signal(signal.SIGTERM)
-        time.sleep(0.3)
+
+        def not_serving():
+            assert check(ch) == health_pb.HealthCheckResponse.NOT_SERVING
+
         # Draining: still answering, but NOT_SERVING, and not ready.
-        assert check(ch) == health_pb.HealthCheckResponse.NOT_SERVING
+        h.eventually(not_serving, timeout=1.0)
         assert check(ch, "packd.v1.Planner") == health_pb.HealthCheckResponse.NOT_SERVING
         assert s.http_get("/readyz")[0] == 503
         assert s.http_get("/healthz")[0] == 200

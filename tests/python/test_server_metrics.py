@@ -84,7 +84,15 @@ def test_counters_move(server):
         with pytest.raises(grpc.RpcError):
             ch.unary_unary("/packd.v1.Planner/Missing")(b"")
         st.health_pb2_grpc.HealthStub(ch).Check(st.health_pb2.HealthCheckRequest())
-    after, _ = scrape(server)
+
+    def all_recorded():
+        now, _ = scrape(server)
+        total = sum(v for (n, _l), v in now.items() if n == "packd_requests_total")
+        total_before = sum(v for (n, _l), v in before.items() if n == "packd_requests_total")
+        assert total - total_before == 7
+        return now
+
+    after = h.eventually(all_recorded)
 
     def delta(name, **labels):
         return val(after, name, **labels) - val(before, name, **labels)

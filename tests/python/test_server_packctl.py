@@ -91,9 +91,12 @@ def test_health_exit_codes():
         out = packctl("health", "--server", s.addr, "--service", "nope")
         assert out.returncode == 1 and "NOT_FOUND" in out.stderr
         s.signal(signal.SIGTERM)
-        time.sleep(0.3)
-        out = packctl("health", "--server", s.addr)
-        assert (out.returncode, out.stdout.strip()) == (1, "NOT_SERVING")
+
+        def not_serving():
+            out = packctl("health", "--server", s.addr)
+            assert (out.returncode, out.stdout.strip()) == (1, "NOT_SERVING")
+
+        h.eventually(not_serving, timeout=2.0)
         assert s.wait(timeout=20) == 0
         out = packctl("health", "--server", s.addr, "--timeout", "2")
         assert out.returncode == 1 and "UNAVAILABLE" in out.stderr
