@@ -12,9 +12,11 @@
 #      "all calls finished", no grace-period cancellation), every call the
 #      server logged must be OK, and the client may see only OK or
 #      UNAVAILABLE (calls sent after the listener closed);
-#   5. deploy/compose.yaml runs the same image with podman-compose: health
+#   5. the sidecar pattern: packd bound to 127.0.0.1, its exec probe, and a
+#      second container in its network namespace planning over localhost;
+#   6. deploy/compose.yaml runs the same image with podman-compose: health
 #      through its published port, its health check, a clean stop;
-#   6. the image size is printed.
+#   7. the image size is printed.
 #
 # Usage: scripts/verify-image.sh [--base-only]
 #   --base-only    only make the base image (about a minute, once per machine)
@@ -54,7 +56,7 @@ no_systemd_noise() { grep -v 'unable to get systemd connection' >&2 || true; }
 PROJECT=packd-verify-$$
 COMPOSE=(podman-compose -p "$PROJECT" -f "$ROOT/deploy/compose.yaml")
 cleanup() {
-  podman rm -f "$NAME" >/dev/null 2>&1 || true
+  podman rm -f "$NAME" "$NAME-sidecar" >/dev/null 2>&1 || true
   if podman network exists "${PROJECT}_default" 2>/dev/null; then
     "${COMPOSE[@]}" down >/dev/null 2>&1 || true
     podman network rm -f "${PROJECT}_default" >/dev/null 2>&1 || true
@@ -270,6 +272,38 @@ if [ -z "$DRAIN_FAILED" ]; then
 else
   echo "stopped in ${STOP_MS} ms under load: exit code 0 and drain logged, BUT answers were lost (above)"
 fi
+
+# --- sidecar -----------------------------------------------------------------
+# The sidecar pattern of deploy/k8s/overlays/sidecar: packd listens on
+# 127.0.0.1 only, the probe is `packctl health` run inside its container,
+# and a trainer in the same network namespace plans over localhost.
+SIDECAR=$NAME-sidecar
+step "sidecar: packd on 127.0.0.1 only, a trainer container in its network namespace"
+podman run -d --name "$SIDECAR" --read-only --tmpfs /tmp:size=16m --cap-drop ALL \
+  --security-opt no-new-privileges -e PACKD_LISTEN=127.0.0.1:50051 \
+  -e PACKD_METRICS_LISTEN=0.0.0.0:9464 -e PACKD_DRAIN_DELAY=0 -e PACKD_GRACE_PERIOD=5 \
+  "$IMAGE" >/dev/null 2> >(no_systemd_noise)
+ready=0
+for _ in $(seq 1 60); do
+  if podman exec "$SIDECAR" /usr/local/bin/packctl health --server 127.0.0.1:50051 >/dev/null 2>&1; then
+    ready=1
+    break
+  fi
+  sleep 0.5
+done
+[ "$ready" -eq 1 ] || fail "sidecar: the exec probe never reported SERVING"
+echo "exec probe (packctl health --server 127.0.0.1:50051 inside the container): SERVING"
+podman run --rm --network "container:$SIDECAR" -v "$ROOT/bench/workloads:/workloads:ro" \
+  --entrypoint /usr/local/bin/packctl "$IMAGE" plan --server 127.0.0.1:50051 \
+  --sample 1024 --dp 4 --max-tokens 16384 /workloads/azure_code_2023.txt \
+  >"$WORK/sidecar-plan.txt" 2> >(no_systemd_noise) ||
+  fail "sidecar: the trainer container could not plan over localhost"
+head -2 "$WORK/sidecar-plan.txt"
+podman stop -t 30 "$SIDECAR" >/dev/null 2> >(no_systemd_noise)
+CODE=$(podman inspect --format '{{.State.ExitCode}}' "$SIDECAR")
+podman rm "$SIDECAR" >/dev/null 2>&1 || true
+[ "$CODE" = "0" ] || fail "sidecar: exit code after SIGTERM was $CODE"
+echo "sidecar: planned over localhost, stopped with exit code 0"
 
 # --- compose -----------------------------------------------------------------
 wait_serving() {
