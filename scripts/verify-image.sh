@@ -7,11 +7,12 @@
 #      capabilities, no new privileges) with its ports published on
 #      127.0.0.1; packctl health and one plan go through the published port;
 #      /metrics, /healthz and /readyz answer; the image's HEALTHCHECK passes;
-#   4. podman stop sends SIGTERM while packctl load keeps 4 connections busy:
+#   4. podman stop sends SIGTERM while 4 clients keep sending Plan calls:
 #      the exit code must be 0, the log must show the drain (SIGTERM, then
-#      "all calls finished", no grace-period cancellation), every call the
-#      server logged must be OK, and the client may see only OK or
-#      UNAVAILABLE (calls sent after the listener closed);
+#      "all calls finished", no grace-period cancellation), calls must be
+#      answered after SIGTERM, every answer the server logged must be OK and
+#      must reach the client, and only calls the server never accepted may
+#      fail (UNAVAILABLE; CANCELLED is counted as a warning);
 #   5. the sidecar pattern: packd bound to 127.0.0.1, its exec probe, and a
 #      second container in its network namespace planning over localhost;
 #   6. deploy/compose.yaml runs the same image with podman-compose: health
@@ -228,15 +229,45 @@ podman healthcheck run "$NAME" || fail "HEALTHCHECK did not pass"
 echo healthy
 
 # --- stop ------------------------------------------------------------------
-step "podman stop -t 30 while packctl load runs (SIGTERM, drain)"
-"$PACKCTL" load --server "$TARGET" --sample 4096 --dp 8 --max-tokens 32768 --lengths "$LENGTHS" \
-  --concurrency 4 --duration 4 --warmup 0 --format json >"$WORK/load.json" 2>"$WORK/load.err" &
-LOAD_PID=$!
+# Four client threads (Python grpcio, one channel each) send Plan calls one
+# after another; each call is awaited, so the client never cancels one
+# itself. The requests have 4000 sequences, which tells their log lines
+# from the earlier calls'.
+step "podman stop -t 30 while 4 clients send Plan calls (SIGTERM, drain)"
+"$PACKCTL" plan --dry-run --save-request "$WORK/drain-request.bin" --sample 4000 --dp 8 \
+  --max-tokens 32768 "$LENGTHS" >/dev/null
+/usr/bin/python3 - "$TARGET" "$WORK/drain-request.bin" "$WORK/drain-client.json" <<'EOF' &
+import collections, json, sys, threading, time
+import grpc
+target, request, out = sys.argv[1], open(sys.argv[2], "rb").read(), sys.argv[3]
+ok, errors, lock = [0], collections.Counter(), threading.Lock()
+deadline = time.monotonic() + 4.0
+def worker():
+    channel = grpc.insecure_channel(target)
+    plan = channel.unary_unary("/packd.v1.Planner/Plan")  # bytes in, bytes out
+    while time.monotonic() < deadline:
+        try:
+            reply = plan(request, timeout=10)
+            with lock:
+                ok[0] += 1 if reply else 0
+        except grpc.RpcError as err:
+            with lock:
+                errors[err.code().name] += 1
+            time.sleep(0.01)
+    channel.close()
+threads = [threading.Thread(target=worker) for _ in range(4)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+json.dump({"ok": ok[0], "errors": dict(errors)}, open(out, "w"))
+EOF
+CLIENTS_PID=$!
 sleep 1.5
 STOP_T0=$(date +%s%N)
 podman stop -t 30 "$NAME" >/dev/null 2> >(no_systemd_noise)
 STOP_MS=$((($(date +%s%N) - STOP_T0) / 1000000))
-wait "$LOAD_PID" || true # exit 1 means some calls failed; checked below
+wait "$CLIENTS_PID" || fail "the drain clients failed"
 CODE=$(podman inspect --format '{{.State.ExitCode}}' "$NAME")
 podman logs "$NAME" >"$WORK/container.log" 2>&1
 echo "--- the container log from SIGTERM on, without the per-call debug lines"
@@ -248,30 +279,28 @@ grep -Eq -- "$DRAIN_PATTERN" "$WORK/container.log" || fail "no line matching /$D
 if grep -q 'grace period of .* is over' "$WORK/container.log"; then
   fail "calls were cancelled at the end of the grace period"
 fi
-# A drain that loses answers is reported at the end, after the other checks.
-DRAIN_FAILED=""
-/usr/bin/python3 - "$WORK/container.log" "$WORK/load.json" <<'EOF' || DRAIN_FAILED=1
+/usr/bin/python3 - "$WORK/container.log" "$WORK/drain-client.json" <<'EOF' || fail "the drain under load"
 import json, sys
 log = open(sys.argv[1]).read().splitlines()
-rpcs = [l for l in log if " rpc Plan code=" in l]
-bad = [l for l in rpcs if " rpc Plan code=OK " not in l]
+mine = [l for l in log if " rpc Plan code=" in l and " seqs=4000 " in l]
+bad = [l for l in mine if " rpc Plan code=OK " not in l]
 term = next(i for i, l in enumerate(log) if "received SIGTERM" in l)
-after = [l for l in log[term:] if " rpc Plan code=" in l]
-load = json.load(open(sys.argv[2]))
-errors = load["errors"]["by_status"]
-ok = load["requests"] - load["errors"]["total"]
-print(f"server: {len(rpcs)} Plan calls logged, {len(bad)} not OK, {len(after)} answered after SIGTERM")
-print(f"client: {ok} OK, errors by status {errors}")
+after = [l for l in log[term:] if " rpc Plan code=" in l and " seqs=4000 " in l]
+client = json.load(open(sys.argv[2]))
+print(f"server: {len(mine)} calls answered, {len(bad)} not OK, {len(after)} of them after SIGTERM")
+print(f"client: {client['ok']} OK, errors by status {client['errors']}")
 assert not bad, "the server answered a call with an error during the drain: " + bad[0]
-assert ok == len(rpcs), f"the server answered {len(rpcs)} calls OK, the client received {ok}"
 assert after, "no call was answered after SIGTERM: the drain was not exercised"
-assert set(errors) <= {"UNAVAILABLE"}, f"calls failed with {errors}; only UNAVAILABLE (not accepted) is allowed"
+assert client["ok"] == len(mine), "the client received fewer answers than the server sent"
+assert set(client["errors"]) <= {"UNAVAILABLE", "CANCELLED"}, "only calls not accepted may fail"
+if client["errors"].get("CANCELLED"):
+    # Calls that reach packd while it shuts down and are never accepted
+    # sometimes end CANCELLED rather than UNAVAILABLE (gRPC core 1.51). No
+    # answered call is lost (checked above), but a client that retries only
+    # UNAVAILABLE sees them as errors; docs/deploy.md says so.
+    print(f"warning: {client['errors']['CANCELLED']} calls sent during the shutdown ended CANCELLED")
 EOF
-if [ -z "$DRAIN_FAILED" ]; then
-  echo "stopped in ${STOP_MS} ms under load: exit code 0, drain logged, every answer arrived"
-else
-  echo "stopped in ${STOP_MS} ms under load: exit code 0 and drain logged, BUT answers were lost (above)"
-fi
+echo "stopped in ${STOP_MS} ms under load: exit code 0, drain logged, every answer arrived"
 
 # --- sidecar -----------------------------------------------------------------
 # The sidecar pattern of deploy/k8s/overlays/sidecar: packd listens on
@@ -334,7 +363,4 @@ step "image size"
 podman images --format '{{.Repository}}:{{.Tag}} {{.Size}}' "$IMAGE"
 echo "image $IMAGE: $SIZE bytes ($((SIZE / 1024 / 1024)) MiB); base $BASE: $BASE_SIZE bytes;" \
   "packd layers add $(((SIZE - BASE_SIZE) / 1024 / 1024)) MiB"
-if [ -n "$DRAIN_FAILED" ]; then
-  fail "every check passed except the drain under load: the server answered calls that the client did not receive (see above)"
-fi
 step "verify-image: all checks passed (build ${BUILD_S}s)"
