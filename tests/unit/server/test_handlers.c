@@ -307,6 +307,41 @@ static void test_health(void **state) {
   assert_int_equal(r.code, PK_GRPC_INVALID_ARGUMENT);
 }
 
+/* The response the handler assembles from rank bytes is byte for byte what
+ * protobuf-c packs for the whole message, over random requests. */
+static void test_packed_response_equals_protobuf_c(void **state) {
+  fixture_t *f = *state;
+  uint64_t s = 77;
+  for (int trial = 0; trial < 30; trial++) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    size_t n = 1 + (size_t)(s >> 33) % 3000;
+    uint32_t dp = 1 + (uint32_t)(s >> 20) % 16;
+    if (n < dp)
+      n = dp;
+    size_t len;
+    uint8_t *req = make_request(n, dp, 8192 + (s >> 40) % 50000, s, &len);
+    pk_reply_t r;
+    pk_handle_plan(&f->env, req, len, &r);
+    assert_int_equal(r.code, PK_GRPC_OK);
+    Packd__V1__PlanResponse *resp = packd__v1__plan_response__unpack(NULL, r.len, r.bytes);
+    assert_non_null(resp);
+    size_t want_len = packd__v1__plan_response__get_packed_size(resp);
+    uint8_t *want = malloc(want_len);
+    packd__v1__plan_response__pack(resp, want);
+    assert_int_equal(r.len, want_len);
+    assert_memory_equal(r.bytes, want, want_len);
+    uint8_t *got = NULL;
+    size_t got_len = pk_pack_plan_response(resp, &got);
+    assert_int_equal(got_len, want_len);
+    assert_memory_equal(got, want, want_len);
+    free(got);
+    free(want);
+    packd__v1__plan_response__free_unpacked(resp, NULL);
+    free(r.bytes);
+    free(req);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test_setup_teardown(test_plan_then_every_rank, setup, teardown),
@@ -314,6 +349,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_get_rank_miss_expiry_and_bad_input, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plan_errors_become_statuses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_health, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_packed_response_equals_protobuf_c, setup, teardown),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
