@@ -238,6 +238,95 @@ static int try_pack(auto_state_t *s, const uint32_t *order) {
   return place_rest(s, order + (size_t)t * dp, n - t * dp);
 }
 
+/* PADDED mode: a micro-batch costs rows x its widest row, so rows of like
+ * width must share micro-batches. Columns are runs of consecutive tiers
+ * (sorted by width, descending): each column takes tiers while rows x the
+ * width of its first (widest) tier fits the cap (greedy runs are optimal
+ * for sorted widths), then the widest runs are split in two until there are
+ * M columns. Left-over items (n mod dp) go where they widen least. */
+static int pack_padded(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
+                       uint32_t *m_out) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t dp = s->dp, n = ctx->n, tiers = n / dp;
+  uint32_t *bounds = pk_malloc_array((size_t)max_m + 2, sizeof *bounds);
+  if (bounds == NULL)
+    return PK_ENOMEM;
+  uint32_t used = 0;
+  for (uint32_t a = 0; a < tiers;) {
+    uint64_t width = ctx->size[order[(size_t)a * dp]];
+    uint32_t b = a + 1;
+    while (b < tiers && (uint64_t)(b - a + 1) * width <= cfg->cap && b - a + 1 <= cfg->max_seqs)
+      b++;
+    if (used >= max_m) {
+      free(bounds);
+      return PK_EPRECOND;
+    }
+    bounds[used++] = a;
+    a = b;
+  }
+  bounds[used] = tiers;
+  m = PK_MAX(m, (uint32_t)pk_round_up(used, cfg->group));
+  int rc = PK_EPRECOND;
+  for (; m <= max_m; m += cfg->group) {
+    /* Split the widest multi-tier runs until there are m columns. */
+    while (used < m) {
+      uint32_t best = UINT32_MAX;
+      uint64_t best_foot = 0;
+      for (uint32_t c = 0; c < used; c++) {
+        uint32_t rows = bounds[c + 1] - bounds[c];
+        uint64_t foot = (uint64_t)rows * ctx->size[order[(size_t)bounds[c] * dp]];
+        if (rows >= 2 && (best == UINT32_MAX || foot > best_foot)) {
+          best = c;
+          best_foot = foot;
+        }
+      }
+      if (best == UINT32_MAX)
+        break;
+      memmove(&bounds[best + 2], &bounds[best + 1], (size_t)(used - best) * sizeof *bounds);
+      bounds[best + 1] = bounds[best] + (bounds[best + 2] - bounds[best]) / 2;
+      used++;
+    }
+    if (used != m)
+      break;
+    s->m = m;
+    memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
+    memset(s->col_foot, 0, (size_t)m * sizeof *s->col_foot);
+    bool ok = true;
+    for (uint32_t c = 0; c < m && ok; c++)
+      for (uint32_t t = bounds[c]; t < bounds[c + 1] && ok; t++)
+        ok = place_tier(s, c, order + (size_t)t * dp);
+    for (uint32_t i = tiers * dp; i < n && ok; i++) {
+      uint32_t k = order[i], best = UINT32_MAX;
+      uint64_t best_grow = 0;
+      for (uint32_t q = 0; q < m * dp; q++) {
+        if (!pk_bin_fits(ctx, &s->bins[q], k))
+          continue;
+        pk_bin_t after = s->bins[q];
+        pk_bin_add(ctx, &after, k);
+        uint64_t grow = pk_bin_footprint(cfg, &after) - pk_bin_footprint(cfg, &s->bins[q]);
+        if (best == UINT32_MAX || grow < best_grow) {
+          best = q;
+          best_grow = grow;
+        }
+      }
+      if (best == UINT32_MAX) {
+        ok = false;
+        break;
+      }
+      pk_bin_add(ctx, &s->bins[best], k);
+      s->item_bin[k] = best;
+    }
+    if (ok) {
+      rc = 0;
+      break;
+    }
+  }
+  free(bounds);
+  *m_out = m;
+  return rc;
+}
+
 /* The footprint bin i would have with item `out` replaced by item `in`
  * (either may be UINT32_MAX for none). */
 static uint64_t foot_after(const auto_state_t *s, const uint32_t *head, const uint32_t *next,
@@ -290,11 +379,14 @@ static void move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t 
  * maximum and keeps both under the cap. Moves are skipped with equal_count
  * (they change counts); swaps keep counts. Bounded work per column. */
 #define PK_REFINE_PARTNERS 4
+#define PK_REFINE_SCAN 48
 static int refine_columns(auto_state_t *s) {
   const pk_ctx_t *ctx = s->ctx;
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t dp = s->dp, m = s->m, n = ctx->n;
-  if (dp < 2)
+  /* PADDED micro-batches are already level (same rows, similar widths), and
+   * a width change makes every check a scan: refine packed layouts only. */
+  if (dp < 2 || cfg->mode == PK_MODE_PADDED)
     return 0;
   uint32_t nbins = m * dp;
   uint32_t *head = pk_malloc_array(nbins, sizeof *head);
@@ -345,7 +437,10 @@ static int refine_columns(auto_state_t *s) {
         double gap = cx - cy;
         if (gap <= cx * 1e-9)
           continue;
-        for (uint32_t a = head[x]; a != UINT32_MAX; a = next[a]) {
+        /* Bounded work: at most PK_REFINE_SCAN items of each side are looked
+         * at (micro-batches with many items are level already). */
+        uint32_t na = 0;
+        for (uint32_t a = head[x]; a != UINT32_MAX && na < PK_REFINE_SCAN; a = next[a], na++) {
           double ca = ctx->cost[a];
           if (!cfg->equal_count && ca < gap && s->bins[y].count < cfg->max_seqs &&
               s->bins[x].count > 1) {
@@ -357,7 +452,8 @@ static int refine_columns(auto_state_t *s) {
               by = y;
             }
           }
-          for (uint32_t b = head[y]; b != UINT32_MAX; b = next[b]) {
+          uint32_t nb = 0;
+          for (uint32_t b = head[y]; b != UINT32_MAX && nb < PK_REFINE_SCAN; b = next[b], nb++) {
             double d = ca - ctx->cost[b];
             if (d <= 0 || d >= gap)
               continue;
@@ -489,6 +585,17 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
     order[k] = k;
   pk_sort_by_cost_desc(ctx, order, n);
 
+  if (cfg->mode == PK_MODE_PADDED) {
+    rc = pack_padded(&s, order, m, max_m, &m);
+    if (rc == PK_EPRECOND)
+      rc = pk_fail(err, errlen, PK_EPRECOND,
+                   "%u sequences cannot be packed for parallel.dp %u under batching.max_tokens "
+                   "and max_seqs in PADDED mode with at most %u micro-batches per rank",
+                   n, dp, max_m);
+    if (rc != 0)
+      goto done;
+    goto deal;
+  }
   for (;;) {
     if (m > max_m || m == 0) {
       rc = pk_fail(err, errlen, PK_EPRECOND,
@@ -510,6 +617,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
     }
     m += cfg->group;
   }
+deal:
   rc = deal_columns(&s, out);
   if (rc != 0)
     pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
