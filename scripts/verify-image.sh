@@ -26,6 +26,7 @@
 # builds the working tree as it is instead.
 # Environment: PACKD_IMAGE (tag to build, default localhost/packd:verify),
 #   GRPC_PORT / METRICS_PORT (host ports, default 15051 / 19464),
+#   PACKD_NO_CACHE=1 (build every layer again, for a cold-build time),
 #   DRAIN_PATTERN (extended regex the stop log must match, default
 #   "all calls finished; exiting").
 # Needs root (podman, debootstrap); installs podman, runc and debootstrap
@@ -155,7 +156,9 @@ if [ "${PACKD_CONTEXT:-head}" != "worktree" ]; then
   echo "context: git archive of $(git rev-parse --short HEAD)"
 fi
 BUILD_T0=$(date +%s)
-if ! podman build --pull=never --network host --format docker --build-arg BUILD_JOBS=2 \
+CACHE=()
+if [ -n "${PACKD_NO_CACHE:-}" ]; then CACHE=(--no-cache); fi
+if ! podman build "${CACHE[@]}" --pull=never --network host --format docker --build-arg BUILD_JOBS=2 \
   -t "$IMAGE" -f "$CONTEXT/Dockerfile" "$CONTEXT" >"$WORK/build.log" 2>&1; then
   tail -40 "$WORK/build.log"
   fail "podman build"
