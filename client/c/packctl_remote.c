@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "packctl.h"
 #include "packctl_output.h"
@@ -207,6 +208,8 @@ static void health_usage(FILE *f) {
         "Calls grpc.health.v1.Health/Check and prints SERVING or NOT_SERVING.\n"
         "  --service NAME      \"\" (default: the whole server) or packd.v1.Planner\n"
         "  --timeout SECONDS   deadline (default 5)\n"
+        "  --wait SECONDS      keep asking until SERVING or this much time passed\n"
+        "                      (for scripts that just started the server)\n"
         "\n"
         "exit status: 0 only when SERVING; 1 NOT_SERVING, unreachable or refused;\n"
         "2 bad flags.\n",
@@ -216,7 +219,7 @@ static void health_usage(FILE *f) {
 int packctl_cmd_health(int argc, char **argv) {
   const char *cmd = "health";
   const char *server = NULL, *service = "";
-  double timeout_s = 5.0;
+  double timeout_s = 5.0, wait_s = 0.0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
       health_usage(stdout);
@@ -235,6 +238,9 @@ int packctl_cmd_health(int argc, char **argv) {
     else if (strcmp(name, "timeout") == 0) {
       if (packctl_parse_seconds(v, &timeout_s) != 0)
         return usage_err(cmd, "--timeout: expected a positive number of seconds, got '%s'", v);
+    } else if (strcmp(name, "wait") == 0) {
+      if (packctl_parse_seconds(v, &wait_s) != 0)
+        return usage_err(cmd, "--wait: expected a positive number of seconds, got '%s'", v);
     } else {
       return usage_err(cmd, "unknown option '--%s'", name);
     }
@@ -245,16 +251,36 @@ int packctl_cmd_health(int argc, char **argv) {
   pk_client_options_t opts;
   pk_client_options_default(&opts);
   opts.timeout_s = timeout_s;
-  pk_client_t *c = NULL;
   char err[512];
-  if (pk_client_open(server, &opts, &c, err, sizeof err) != PK_OK) {
-    fprintf(stderr, "packctl %s: %s\n", cmd, err);
-    return PACKCTL_EXIT_FAIL;
-  }
   int serving = 0;
   pk_rpc_status_t st;
-  int rc = pk_client_health(c, service, &serving, &st);
-  pk_client_close(c);
+  struct timespec t0;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  int rc;
+  for (;;) {
+    /* A fresh channel per attempt: a channel that failed to connect would
+     * wait out gRPC's reconnect backoff (a second and more) first. */
+    pk_client_t *c = NULL;
+    if (pk_client_open(server, &opts, &c, err, sizeof err) != PK_OK) {
+      fprintf(stderr, "packctl %s: %s\n", cmd, err);
+      return PACKCTL_EXIT_FAIL;
+    }
+    rc = pk_client_health(c, service, &serving, &st);
+    pk_client_close(c);
+    if (rc == PK_OK && serving == GRPC__HEALTH__V1__HEALTH_CHECK_RESPONSE__SERVING_STATUS__SERVING)
+      break;
+    /* With --wait, a server that is not up yet or still starting gets
+     * another chance; a NOT_FOUND service does not. */
+    if (rc == PK_ENOTFOUND)
+      break;
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double waited = (double)(now.tv_sec - t0.tv_sec) + (double)(now.tv_nsec - t0.tv_nsec) * 1e-9;
+    if (waited + 0.1 > wait_s)
+      break;
+    struct timespec nap = {0, 100000000L};
+    nanosleep(&nap, NULL);
+  }
   if (rc != PK_OK) {
     printf("UNKNOWN\n");
     fprintf(stderr, "packctl %s: server %s answered %s: %s\n", cmd, server,

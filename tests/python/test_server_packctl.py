@@ -146,3 +146,23 @@ def test_load_counts_errors_by_status():
         assert set(r["errors"]["by_status"]) == {"RESOURCE_EXHAUSTED"}
     finally:
         assert s.stop() == 0
+
+
+def test_health_wait_for_a_server_that_is_starting():
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    waiter = subprocess.Popen(
+        [str(h.PACKCTL), "health", "--server", f"127.0.0.1:{port}", "--wait", "20"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.7)
+    proc, log_path = h.launch("--drain-delay", "0", listen=f"127.0.0.1:{port}")
+    try:
+        out, err = waiter.communicate(timeout=30)
+        assert waiter.returncode == 0, err
+        assert out.strip() == "SERVING"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
