@@ -36,10 +36,20 @@ typedef struct kk_state {
   double spread;
 } kk_state_t;
 
+/* A heap entry: the state's key, cached so that sifting never touches the
+ * states themselves. */
+typedef struct kk_entry {
+  double spread;
+  double top;        /* Sum of the largest set. */
+  uint32_t topcount; /* Its value count. */
+  uint32_t topid;    /* Its smallest value number. */
+  uint32_t s;        /* The state. */
+} kk_entry_t;
+
 typedef struct kk {
   uint32_t k;
   kk_state_t *st;
-  uint32_t *heap;
+  kk_entry_t *heap;
   uint32_t nheap;
   uint32_t *next; /* Linked value lists. */
   kk_set_t *mid;  /* Scratch: sets that merge two sets (k entries). */
@@ -69,50 +79,61 @@ static void state_spread(const kk_t *kk, kk_state_t *s) {
   s->spread = s->sets[0].sum - lo;
 }
 
-/* Whether state x pops before state y: larger spread, then larger largest
- * set, then the older state (smaller number). */
-static inline bool state_before(const kk_t *kk, uint32_t x, uint32_t y) {
-  const kk_state_t *a = &kk->st[x], *b = &kk->st[y];
-  if (a->spread != b->spread)
-    return a->spread > b->spread;
-  if (set_before(&a->sets[0], &b->sets[0]))
-    return true;
-  if (set_before(&b->sets[0], &a->sets[0]))
-    return false;
-  return x < y;
+/* Whether entry x pops before entry y: larger spread, then larger largest
+ * set (sum, count, smaller smallest value number), then the older state. */
+static inline bool entry_before(const kk_entry_t *x, const kk_entry_t *y) {
+  if (x->spread != y->spread)
+    return x->spread > y->spread;
+  if (x->top != y->top)
+    return x->top > y->top;
+  if (x->topcount != y->topcount)
+    return x->topcount > y->topcount;
+  if (x->topid != y->topid)
+    return x->topid < y->topid;
+  return x->s < y->s;
+}
+
+static kk_entry_t entry_of(const kk_t *kk, uint32_t s) {
+  const kk_state_t *st = &kk->st[s];
+  return (kk_entry_t){.spread = st->spread,
+                      .top = st->sets[0].sum,
+                      .topcount = st->sets[0].count,
+                      .topid = st->sets[0].id,
+                      .s = s};
 }
 
 static void heap_down(kk_t *kk, uint32_t i) {
   uint32_t n = kk->nheap;
+  kk_entry_t *h = kk->heap;
+  kk_entry_t x = h[i];
   for (;;) {
-    uint32_t l = 2 * i + 1, best = i;
-    if (l < n && state_before(kk, kk->heap[l], kk->heap[best]))
-      best = l;
-    if (l + 1 < n && state_before(kk, kk->heap[l + 1], kk->heap[best]))
-      best = l + 1;
-    if (best == i)
-      return;
-    uint32_t t = kk->heap[i];
-    kk->heap[i] = kk->heap[best];
-    kk->heap[best] = t;
-    i = best;
+    uint32_t l = 2 * i + 1;
+    if (l >= n)
+      break;
+    uint32_t c = l + 1 < n && entry_before(&h[l + 1], &h[l]) ? l + 1 : l;
+    if (!entry_before(&h[c], &x))
+      break;
+    h[i] = h[c];
+    i = c;
   }
+  h[i] = x;
 }
 
 static void heap_up(kk_t *kk, uint32_t i) {
+  kk_entry_t *h = kk->heap;
+  kk_entry_t x = h[i];
   while (i > 0) {
     uint32_t p = (i - 1) / 2;
-    if (!state_before(kk, kk->heap[i], kk->heap[p]))
-      return;
-    uint32_t t = kk->heap[i];
-    kk->heap[i] = kk->heap[p];
-    kk->heap[p] = t;
+    if (!entry_before(&x, &h[p]))
+      break;
+    h[i] = h[p];
     i = p;
   }
+  h[i] = x;
 }
 
 static uint32_t heap_pop(kk_t *kk) {
-  uint32_t top = kk->heap[0];
+  uint32_t top = kk->heap[0].s;
   kk->heap[0] = kk->heap[--kk->nheap];
   if (kk->nheap > 0)
     heap_down(kk, 0);
@@ -120,7 +141,7 @@ static uint32_t heap_pop(kk_t *kk) {
 }
 
 static void heap_push(kk_t *kk, uint32_t s) {
-  kk->heap[kk->nheap] = s;
+  kk->heap[kk->nheap] = entry_of(kk, s);
   heap_up(kk, kk->nheap++);
 }
 
@@ -201,13 +222,22 @@ static int merge_small(kk_t *kk, uint32_t ia, uint32_t ib) {
   uint32_t nm = p + e;
   if (state_reserve(kk, L, nm, p) != 0)
     return PK_ENOMEM;
+  /* From the smallest extra up: find its place in the prefix by binary
+   * search and shift the part of the prefix after it in one memmove. */
   kk_set_t *d = L->sets;
-  int64_t i = (int64_t)p - 1, j = (int64_t)e - 1, w = (int64_t)nm - 1;
-  while (j >= 0) {
-    if (i >= 0 && set_before(&extra[j], &d[i]))
-      d[w--] = d[i--];
-    else
-      d[w--] = extra[j--];
+  uint32_t hi = p; /* d[0..hi) is the part of the prefix not moved yet. */
+  for (uint32_t j = e; j-- > 0;) {
+    uint32_t lo = 0, up = hi;
+    while (lo < up) {
+      uint32_t mid = lo + (up - lo) / 2;
+      if (set_before(&extra[j], &d[mid]))
+        up = mid;
+      else
+        lo = mid + 1;
+    }
+    memmove(&d[lo + j + 1], &d[lo], (size_t)(hi - lo) * sizeof(kk_set_t));
+    d[lo + j] = extra[j];
+    hi = lo;
   }
   L->m = nm;
   if (!a_large) {
@@ -304,7 +334,7 @@ int pk_kk_partition(const double *val, uint32_t m, uint32_t k, bool equal, uint3
   kk_set_t *pool = NULL;
   kk_key_t *keys = NULL;
   kk.st = calloc(nstates, sizeof(kk_state_t));
-  kk.heap = malloc((size_t)nstates * sizeof(uint32_t));
+  kk.heap = malloc((size_t)nstates * sizeof(kk_entry_t));
   kk.next = malloc((size_t)mt * sizeof(uint32_t));
   kk.mid = malloc((size_t)k * sizeof(kk_set_t));
   kk.tmp = malloc((size_t)k * sizeof(kk_set_t));
@@ -349,11 +379,13 @@ int pk_kk_partition(const double *val, uint32_t m, uint32_t k, bool equal, uint3
   }
 
   for (uint32_t s = 0; s < nstates; s++)
-    kk.heap[s] = s;
+    kk.heap[s] = entry_of(&kk, s);
   kk.nheap = nstates;
   for (uint32_t i = nstates / 2; i-- > 0;)
     heap_down(&kk, i);
 
+  /* The last state standing; with one state from the start it is state 0. */
+  uint32_t final = 0;
   while (kk.nheap > 1) {
     uint32_t a = heap_pop(&kk);
     uint32_t b = heap_pop(&kk);
@@ -361,9 +393,10 @@ int pk_kk_partition(const double *val, uint32_t m, uint32_t k, bool equal, uint3
     if (rc != 0)
       goto done;
     heap_push(&kk, a);
+    final = a;
   }
 
-  const kk_state_t *last = &kk.st[kk.heap[0]];
+  const kk_state_t *last = &kk.st[final];
   for (uint32_t s = 0; s < last->m; s++)
     for (uint32_t j = last->sets[s].head; j != KK_NIL; j = kk.next[j])
       if (j < m)
