@@ -5,7 +5,8 @@
 #   2. podman build of ./Dockerfile (runc, lowered ulimits: see below);
 #   3. the container runs as Kubernetes would run it (read-only root, no
 #      capabilities, no new privileges) with its ports published on
-#      127.0.0.1; packctl health and one plan go through the published port;
+#      127.0.0.1; packctl health and one plan go through the published port,
+#      and the Python client finds it through PACKD_TARGET;
 #      /metrics, /healthz and /readyz answer; the image's HEALTHCHECK passes;
 #   4. podman stop sends SIGTERM while 4 clients keep sending Plan calls:
 #      the exit code must be 0, the log must show the drain (SIGTERM, then
@@ -218,6 +219,19 @@ seqs = sorted(s for r in ranks for mb in r.get("miniBatches", [])
 assert len(ranks) == 8, f"expected 8 DP ranks, got {len(ranks)}"
 assert seqs == list(range(4096)), "every sequence index must appear exactly once"
 print(f"plan {plan.get('planId')}: 8 ranks, 4096 sequences, each exactly once")
+EOF
+
+# The Python client finds the server through PACKD_TARGET (docs/deploy.md).
+# It runs from a copy of client/python, because it generates its stubs
+# next to itself on first use.
+step "Python client: packd.Client() with PACKD_TARGET=$TARGET"
+cp -r "$ROOT/client/python" "$WORK/python"
+PACKD_TARGET=$TARGET PYTHONPATH=$WORK/python /usr/bin/python3 - <<'EOF' || fail "the Python client through PACKD_TARGET"
+import packd
+client = packd.Client()
+print(f"target {client.target}: health {client.health()}")
+plan = client.plan([4096, 100, 2000, 30000, 512, 8000, 7, 16384], dp=2, max_tokens=32768)
+print(f"plan {plan.plan_id}: {len(plan.ranks)} ranks")
 EOF
 
 step "metrics port: /healthz, /readyz, /metrics"
