@@ -7,6 +7,8 @@ Cases (the issue's targets in brackets):
   c16    same, concurrency 16 for 30 s                   [>= 5,000 plans/s, 0 errors, flat RSS]
   n65536 n=65,536 single-call latency (concurrency 1)
   n1M    n=1,000,000 single-call latency (concurrency 1)
+  rpc1   n=1, DP 1, concurrency 1: the cost of the RPC alone (no planning to speak of)
+  rpc16  the same at concurrency 16: the server's ceiling without the planner
 
 Requests are samples of bench/workloads: azure_conv_2023.txt for n=4096;
 wikipedia_doc_lengths.txt with documents over the 32K cap removed (1,304 of
@@ -78,7 +80,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default=str(REPO / "build"))
     ap.add_argument("--quick", action="store_true", help="short durations, for a smoke run")
-    ap.add_argument("--only", default="c1,c16,n65536,n1M")
+    ap.add_argument("--only", default="rpc1,rpc16,c1,c16,n65536,n1M")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--json", help="also write the results here")
     a = ap.parse_args()
@@ -93,6 +95,8 @@ def main():
         "c16": dict(lengths=WORK / "azure_conv_2023.txt", sample=4096, conc=16, dur=3 if short else 30),
         "n65536": dict(lengths=wiki, sample=65536, conc=1, dur=3 if short else 15, distinct=4),
         "n1M": dict(lengths=wiki, sample=1_000_000, conc=1, dur=5 if short else 30, distinct=2, warmup=0),
+        "rpc1": dict(lengths=WORK / "azure_conv_2023.txt", sample=1, conc=1, dur=3 if short else 10, dp=1),
+        "rpc16": dict(lengths=WORK / "azure_conv_2023.txt", sample=1, conc=16, dur=3 if short else 10, dp=1),
     }
     log_path = Path(tmp) / "packd.log"
     with open(log_path, "w") as log:
@@ -117,7 +121,7 @@ def main():
             c = cases[name]
             m0, rss0 = scrape(metrics_port), rss_kb(srv.pid)
             cmd = [str(packctl), "load", "--server", server, "--lengths", str(c["lengths"]),
-                   "--sample", str(c["sample"]), "--dp", "64", "--mode", "packed", "--max-tokens", str(cap),
+                   "--sample", str(c["sample"]), "--dp", str(c.get("dp", 64)), "--mode", "packed", "--max-tokens", str(cap),
                    "--concurrency", str(c["conc"]), "--duration", str(c["dur"]),
                    "--warmup", str(c.get("warmup", 1)), "--distinct", str(c.get("distinct", 16)),
                    "--timeout", "120", "--format", "json"]
@@ -149,7 +153,7 @@ def main():
               f"{L['p99']:>8.3f} {L['max']:>8.3f} {r['errors']['total']:>4} {r['plan_ms']:>8.3f} "
               f"{r['encode_ms']:>7.3f} {r['server_ms']:>7.3f} "
               f"{r['rss_before_mb']:>6.1f}->{r['rss_after_mb']:<6.1f}")
-    print(f"server: {a.workers} workers, DP 64, packed, max_tokens {cap}; exit status {rc}; "
+    print(f"server: {a.workers} workers, DP 64 (rpc*: DP 1), packed, max_tokens {cap}; exit status {rc}; "
           f"wikipedia documents over the cap dropped: {dropped}")
     print("plan ms / enc ms / srv ms: server-side means per call (planner; response + cache encode; "
           "accept to end of answer); p50..max: client round trip.")
