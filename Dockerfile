@@ -61,10 +61,11 @@ ENV PACKD_LISTEN=0.0.0.0:50051 \
     PACKD_LOG_LEVEL=info
 EXPOSE 50051/tcp 9464/tcp
 USER 65532:65532
-# SIGTERM starts the drain: health turns NOT_SERVING, calls in flight finish,
-# the process exits 0 within PACKD_GRACE_PERIOD seconds. Give the runtime a
-# stop timeout above that (docker stop -t, compose stop_grace_period,
-# Kubernetes terminationGracePeriodSeconds).
+# SIGTERM starts the drain: health turns NOT_SERVING, the listener closes
+# after PACKD_DRAIN_DELAY (default 1 s), calls in flight get
+# PACKD_GRACE_PERIOD (default 10 s), and the process exits 0. Give the
+# runtime a stop timeout above the sum (docker stop -t, compose
+# stop_grace_period, Kubernetes terminationGracePeriodSeconds).
 STOPSIGNAL SIGTERM
 # The health check asks the standard grpc.health.v1 service on the port of
 # PACKD_LISTEN (deploy/docker/packd-healthcheck runs packctl health).
