@@ -687,6 +687,35 @@ int main(int argc, char **argv) {
          tpct >= 95.0 && tg.micro_gt1_tlb == 0 ? "hit" : "MISS");
   printf("| 0 cap violations (all algorithms) | %u | %s |\n", tg.viol,
          tg.viol == 0 ? "hit" : "MISS");
+  /* KK scaling: DP balance alone (no cap, one micro-batch per rank), so the
+   * plan time is KK's. research/algorithms.md measured verl's KK at 17.5 s
+   * for n = 16384, k = 512 (equal_size=False). */
+  printf("\n## Karmarkar-Karp scaling (dp_balance KK / KK_EQUAL, no cap, rollout lengths)\n\n");
+  printf("| n | dp | KK ms | KK DP imbalance | KK_EQUAL ms | KK_EQUAL DP imbalance |\n");
+  printf("|---:|---:|---:|---:|---:|---:|\n");
+  static const uint32_t kk_ns[] = {4096, 16384, 65536};
+  for (size_t ni = 0; ni < (quick ? 2u : 3u); ni++) {
+    uint32_t n = kk_ns[ni];
+    gen_rollout(0x6b6b0000ull + ni, n, len, loss);
+    for (size_t di = 0; di < ndps; di++) {
+      uint32_t dp = dps[di];
+      result_t r[2];
+      for (int e = 0; e < 2; e++) {
+        fprintf(stderr, "[kk %6.1fs] n=%u dp=%u %s\n", (now_ms() - t_start) / 1e3, n, dp,
+                e ? "kk_equal" : "kk");
+        pk_request_t req;
+        memset(&req, 0, sizeof req);
+        req.lengths = len;
+        req.n = n;
+        req.parallel.dp = dp;
+        req.batching.dp_balance = e ? PK_DP_KK_EQUAL : PK_DP_KK;
+        req.batching.micro_algo = PK_MICRO_NEXT_FIT;
+        measure(&req, n <= 16384 ? 3 : 1, &r[e]);
+      }
+      printf("| %u | %u | %.2f | %.5f | %.2f | %.5f |\n", n, dp, r[0].ms, r[0].st.dp_imbalance,
+             r[1].ms, r[1].st.dp_imbalance);
+    }
+  }
   fprintf(stderr, "bench_planner: done in %.1f s\n", (now_ms() - t_start) / 1e3);
 
   free(len);
