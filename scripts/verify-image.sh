@@ -59,7 +59,7 @@ no_systemd_noise() { grep -v 'unable to get systemd connection' >&2 || true; }
 PROJECT=packd-verify-$$
 COMPOSE=(podman-compose -p "$PROJECT" -f "$ROOT/deploy/compose.yaml")
 cleanup() {
-  podman rm -f "$NAME" "$NAME-sidecar" >/dev/null 2>&1 || true
+  podman rm -f --ignore "$NAME" "$NAME-sidecar" >/dev/null 2>&1 || true
   if podman network exists "${PROJECT}_default" 2>/dev/null; then
     "${COMPOSE[@]}" down >/dev/null 2>&1 || true
     podman network rm -f "${PROJECT}_default" >/dev/null 2>&1 || true
