@@ -710,7 +710,7 @@ int main(int argc, char **argv) {
         req.parallel.dp = dp;
         req.batching.dp_balance = e ? PK_DP_KK_EQUAL : PK_DP_KK;
         req.batching.micro_algo = PK_MICRO_NEXT_FIT;
-        measure(&req, n <= 16384 ? 3 : 1, &r[e]);
+        measure(&req, 3, &r[e]);
       }
       printf("| %u | %u | %.2f | %.5f | %.2f | %.5f |\n", n, dp, r[0].ms, r[0].st.dp_imbalance,
              r[1].ms, r[1].st.dp_imbalance);
