@@ -142,8 +142,10 @@ def test_load_counts_errors_by_status():
                       "--concurrency", "6", "--duration", "1", "--warmup", "0", "--format", "json")
         r = json.loads(out.stdout)
         assert out.returncode == 1
-        assert r["errors"]["by_status"].get("RESOURCE_EXHAUSTED", 0) > 0
-        assert set(r["errors"]["by_status"]) == {"RESOURCE_EXHAUSTED"}
+        by = r["errors"]["by_status"]
+        assert by.get("RESOURCE_EXHAUSTED", 0) > 0, r
+        assert sum(by.values()) == r["errors"]["total"], r
+        assert "--max-inflight" in r["errors"]["first"], r
     finally:
         assert s.stop() == 0
 
