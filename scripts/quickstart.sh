@@ -11,14 +11,10 @@ cmake --build build -j "$(nproc)"
 PORT=${PACKD_PORT:-50051}
 METRICS=${PACKD_METRICS_PORT:-9464}
 build/server/packd --listen "127.0.0.1:$PORT" --metrics-listen "127.0.0.1:$METRICS" \
-  --grace-period 5 &
+  --grace-period 5 --drain-delay 0 &
 PID=$!
 trap 'kill -TERM $PID 2>/dev/null || true' EXIT
-for _ in $(seq 1 50); do
-  build/client/c/packctl health --server "127.0.0.1:$PORT" >/dev/null 2>&1 && break
-  sleep 0.1
-done
-build/client/c/packctl health --server "127.0.0.1:$PORT"
+build/client/c/packctl health --server "127.0.0.1:$PORT" --wait 10
 build/client/c/packctl plan --server "127.0.0.1:$PORT" \
   bench/workloads/azure_conv_2023.txt --sample 4096 --seed 1 \
   --dp 8 --cp 2 --max-tokens 16384 --mini-batches 2 --format summary
