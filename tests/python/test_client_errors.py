@@ -66,6 +66,10 @@ def test_server_errors_map_to_exceptions(server, local, kw, cls, fragment):
     assert local_err.value.message == e.message
     assert local_err.value.code == e.code
     # The server logged the message it sent.
+    # The log line is written after the answer is sent: wait for it.
+    deadline = time.monotonic() + 5.0
+    while e.message not in server.log_text() and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert e.message in server.log_text()
 
 
