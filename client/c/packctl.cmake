@@ -1,8 +1,8 @@
 # packctl, the command-line tool (included by client/c/CMakeLists.txt).
 #
-# Remote mode lives in PK_PACKCTL_REMOTE_SOURCES (default packctl_remote.c, a
-# placeholder that reports "remote mode not built"); client.cmake may set the
-# variable or define a `packd_client` library target that packctl then links.
+# Remote mode lives in PK_PACKCTL_REMOTE_SOURCES (default packctl_remote.c);
+# client.cmake sets the variable (packctl_remote.c + packctl_load.c) and
+# defines the `packd_client` library target that packctl then links.
 if(NOT DEFINED PK_PACKCTL_REMOTE_SOURCES)
   set(PK_PACKCTL_REMOTE_SOURCES ${CMAKE_CURRENT_SOURCE_DIR}/packctl_remote.c)
 endif()
