@@ -327,6 +327,131 @@ static int pack_padded(auto_state_t *s, const uint32_t *order, uint32_t m, uint3
   return rc;
 }
 
+/* PADDED mode without equal_count: groups of like width, then tiers of
+ * groups.
+ *
+ * A PADDED micro-batch costs rows x c(width), so a group of consecutive
+ * items in width order wastes the least padding. Groups are runs of the
+ * width-sorted items, each closed at a target cost T: the run opened by
+ * width w takes min(T / c(w), cap / w, max_seqs) rows (at least one). The
+ * smallest T giving at most M x dp groups is found by bisection (the count
+ * only falls as T grows, and T = infinity is the exact greedy grouping of
+ * pk_micro_lower_bound, so M = that bound always works); the costliest
+ * multi-row groups are then halved until there are exactly M x dp. Groups
+ * sorted by cost, descending, are dealt in tiers of dp: tier j is column j,
+ * so the micro-batches that run together cost nearly the same. */
+typedef struct padded_group {
+  uint32_t first, rows; /* A run of the width-sorted order. */
+  double cost;          /* rows x c(widest). */
+} padded_group_t;
+
+/* Number of groups for target cost t (stops counting above limit). */
+static uint32_t count_groups(const pk_ctx_t *ctx, const uint32_t *order, double t, uint32_t limit,
+                             padded_group_t *out) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n, g = 0;
+  for (uint32_t i = 0; i < n;) {
+    uint64_t w = ctx->size[order[i]];
+    double c = ctx->cost[order[i]];
+    uint64_t rows = cfg->max_seqs;
+    if (w > 0)
+      rows = PK_MIN(rows, cfg->cap / w);
+    if (c > 0 && t / c < (double)rows)
+      rows = (uint64_t)(t / c);
+    if (rows == 0)
+      rows = 1;
+    if (rows > n - i)
+      rows = n - i;
+    if (g >= limit)
+      return limit + 1;
+    if (out != NULL)
+      out[g] = (padded_group_t){i, (uint32_t)rows, (double)rows * c};
+    g++;
+    i += (uint32_t)rows;
+  }
+  return g;
+}
+
+static int pack_padded_groups(auto_state_t *s, const uint32_t *order, uint32_t m) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t dp = s->dp, target = m * dp;
+  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
+  uint32_t *gi = pk_malloc_array(target, sizeof *gi);
+  uint32_t *gtmp = pk_malloc_array(target, sizeof *gtmp);
+  int rc = 0;
+  if (grp == NULL || gi == NULL || gtmp == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  /* Bisection on T between the costliest item and the total cost. */
+  double lo = 0, hi = 0;
+  for (uint32_t k = 0; k < ctx->n; k++)
+    hi += ctx->cost[k];
+  hi = hi * 2 + 1;
+  if (count_groups(ctx, order, hi, target, NULL) > target) {
+    rc = PK_EPRECOND;
+    goto done;
+  }
+  for (int it = 0; it < 60 && hi - lo > hi * 1e-9; it++) {
+    double mid = (lo + hi) / 2;
+    if (count_groups(ctx, order, mid, target, NULL) <= target)
+      hi = mid;
+    else
+      lo = mid;
+  }
+  uint32_t g = count_groups(ctx, order, hi, target, grp);
+  /* Halve the costliest multi-row groups until there are exactly target;
+   * each halving adds one group. n >= target, so one always exists. */
+  while (g < target) {
+    uint32_t best = UINT32_MAX;
+    for (uint32_t q = 0; q < g; q++)
+      if (grp[q].rows >= 2 && (best == UINT32_MAX || grp[q].cost > grp[best].cost))
+        best = q;
+    if (best == UINT32_MAX) {
+      rc = PK_EPRECOND;
+      goto done;
+    }
+    padded_group_t *b = &grp[best];
+    uint32_t keep = b->rows - b->rows / 2, moved = b->rows / 2;
+    uint32_t second = b->first + keep;
+    b->rows = keep;
+    b->cost = (double)keep * ctx->cost[order[b->first]];
+    grp[g++] = (padded_group_t){second, moved, (double)moved * ctx->cost[order[second]]};
+  }
+  /* Groups by cost, descending (stable merge sort), then tier j -> column j. */
+  for (uint32_t q = 0; q < g; q++)
+    gi[q] = q;
+  for (uint32_t w = 1; w < g; w *= 2) {
+    for (uint32_t a = 0; a < g; a += 2 * w) {
+      uint32_t mid = PK_MIN(a + w, g), end = PK_MIN(a + 2 * w, g);
+      uint32_t i = a, j = mid, k = a;
+      while (i < mid && j < end)
+        gtmp[k++] = grp[gi[j]].cost > grp[gi[i]].cost ? gi[j++] : gi[i++];
+      while (i < mid)
+        gtmp[k++] = gi[i++];
+      while (j < end)
+        gtmp[k++] = gi[j++];
+    }
+    memcpy(gi, gtmp, (size_t)g * sizeof *gi);
+  }
+  s->m = m;
+  memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
+  for (uint32_t q = 0; q < g; q++) {
+    const padded_group_t *b = &grp[gi[q]];
+    uint32_t bin = q; /* Column q / dp, slot q % dp. */
+    for (uint32_t r = 0; r < b->rows; r++) {
+      uint32_t k = order[b->first + r];
+      pk_bin_add(ctx, &s->bins[bin], k);
+      s->item_bin[k] = bin;
+    }
+  }
+done:
+  free(grp);
+  free(gi);
+  free(gtmp);
+  return rc;
+}
+
 /* The footprint bin i would have with item `out` replaced by item `in`
  * (either may be UINT32_MAX for none). */
 static uint64_t foot_after(const auto_state_t *s, const uint32_t *head, const uint32_t *next,
@@ -585,6 +710,23 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
     order[k] = k;
   pk_sort_by_cost_desc(ctx, order, n);
 
+  if (cfg->mode == PK_MODE_PADDED && !cfg->equal_count) {
+    for (; m <= max_m; m += cfg->group) {
+      rc = pack_padded_groups(&s, order, m);
+      if (rc != PK_EPRECOND)
+        break;
+    }
+    if (rc == PK_EPRECOND || m > max_m)
+      rc = pk_fail(err, errlen, PK_EPRECOND,
+                   "%u sequences cannot be packed for parallel.dp %u under batching.max_tokens "
+                   "and max_seqs in PADDED mode with at most %u micro-batches per rank",
+                   n, dp, max_m);
+    else if (rc != 0)
+      pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
+    if (rc != 0)
+      goto done;
+    goto deal;
+  }
   if (cfg->mode == PK_MODE_PADDED) {
     rc = pack_padded(&s, order, m, max_m, &m);
     if (rc == PK_EPRECOND)

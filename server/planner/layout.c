@@ -167,10 +167,10 @@ int pk_build_add_mini_batch(pk_build_t *b, const pk_ctx_t *ctx, const pk_assign_
     }
     bin_cost[i] = c;
   }
-  /* Step-cost lower bound: no slot is shorter than the mean rank load, and
-   * the slot holding the costliest sequence costs at least that much. */
+  /* Step-cost lower bound for plans with m micro-batches per rank
+   * (bounds.c); never below the mean rank load and the costliest item. */
   double mean = total / dp;
-  b->step_lb += mean > biggest ? mean : biggest;
+  b->step_lb += PK_MAX(pk_step_lower_bound(ctx, m), PK_MAX(mean, biggest));
 
   size_t off = b->nrecs;
   for (uint32_t r = 0; r < dp; r++) {

@@ -48,6 +48,11 @@ typedef struct pk_ctx {
                          * row width rounded to lcm(round, A) (PADDED). */
   const double *cost;   /* n costs of the aligned lengths. */
   const uint32_t *len;  /* n real lengths. */
+  /* Optional, filled by the pipeline: the n item numbers by size
+   * descending (ties by item number), and pk_micro_lower_bound's value.
+   * NULL / 0: computed on demand. */
+  const uint32_t *by_size;
+  uint32_t micro_lb;
 } pk_ctx_t;
 
 /* The running state of one micro-batch while it is being filled. */
@@ -156,10 +161,15 @@ int pk_auto_micro(const pk_ctx_t *ctx, const uint32_t *items, uint32_t nitems, u
 /* FIXED mode (assign.c): micro_batch_size sequences per micro-batch. */
 int pk_fixed_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
 
-/* The lower bound on the micro-batch count per rank for a mini-batch:
- * max(ceil(sum size / (dp * cap)), ceil(n / (dp * max_seqs)), min_micro),
- * rounded up to cfg->group. */
+/* Proven lower bounds (bounds.c). The micro-batch count per rank of a
+ * mini-batch: max(min_micro, ceil(n / (dp * max_seqs)), ceil(G / dp)) rounded
+ * up to cfg->group, where G bounds the fewest micro-batches pooled over all
+ * ranks (PADDED: exact greedy grouping; PACKED: Martello-Toth L2, at least
+ * ceil(sum size / cap)). Returns ctx->micro_lb when it is set. */
 uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx);
+/* The least step cost (sum over micro-batch slots of the costliest rank) of
+ * any plan of the mini-batch with m micro-batches per rank. */
+double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m);
 
 /* Small utilities (util.c). */
 uint64_t pk_round_up(uint64_t x, uint64_t m);

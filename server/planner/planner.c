@@ -128,24 +128,6 @@ done:
   return rc;
 }
 
-uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
-  const pk_cfg_t *cfg = ctx->cfg;
-  uint64_t m = cfg->min_micro;
-  if (cfg->cap != UINT64_MAX) {
-    uint64_t sum = 0;
-    for (uint32_t k = 0; k < ctx->n; k++)
-      sum += ctx->size[k];
-    uint64_t per = (uint64_t)cfg->dp * cfg->cap;
-    m = PK_MAX(m, (sum + per - 1) / per);
-  }
-  if (cfg->max_seqs != UINT32_MAX) {
-    uint64_t per = (uint64_t)cfg->dp * cfg->max_seqs;
-    m = PK_MAX(m, ((uint64_t)ctx->n + per - 1) / per);
-  }
-  m = pk_round_up(m, cfg->group);
-  return m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
-}
-
 /* Chooses the algorithm for one mini-batch and checks the counts it needs. */
 static int assign_mini_batch(const pk_ctx_t *ctx, pk_assign_t *a, uint32_t mini, char *err,
                              size_t errlen) {
@@ -209,8 +191,9 @@ int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen) 
   uint32_t *arank = pk_malloc_array(n, sizeof *arank);
   uint32_t *amicro = pk_malloc_array(n, sizeof *amicro);
   uint32_t *apos = pk_malloc_array(n, sizeof *apos);
-  if (order == NULL || start == NULL || size == NULL || cost == NULL || len == NULL ||
-      arank == NULL || amicro == NULL || apos == NULL) {
+  uint32_t *by_size = pk_malloc_array(n, sizeof *by_size);
+  if (by_size == NULL || order == NULL || start == NULL || size == NULL || cost == NULL ||
+      len == NULL || arank == NULL || amicro == NULL || apos == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: %u sequences: out of memory", n);
     goto done;
   }
@@ -230,6 +213,11 @@ int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen) 
       cost[k] = pk_slot_cost(&cfg, size[k]);
     }
     pk_ctx_t ctx = {.cfg = &cfg, .n = m, .idx = idx, .size = size, .cost = cost, .len = len};
+    for (uint32_t k = 0; k < m; k++)
+      by_size[k] = k;
+    pk_sort_by_cost_desc(&ctx, by_size, m);
+    ctx.by_size = by_size;
+    ctx.micro_lb = pk_micro_lower_bound(&ctx);
     pk_assign_t a = {.rank = arank, .micro = amicro, .pos = apos, .nmicro = 0};
     if ((rc = assign_mini_batch(&ctx, &a, b, err, errlen)) != 0)
       goto done;
@@ -254,6 +242,7 @@ done:
   free(arank);
   free(amicro);
   free(apos);
+  free(by_size);
   return rc;
 }
 

@@ -4,6 +4,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "pk_internal.h"
 
@@ -141,8 +142,60 @@ static void sort_items(const pk_ctx_t *ctx, uint32_t *items, uint32_t n, pk_cmp_
   free(tmp);
 }
 
+/* Costs are pk_slot_cost of the sizes, a nondecreasing function, so "cost
+ * descending, then size descending, then item number" is "size descending,
+ * then item number". A stable LSD radix sort on the complemented size does
+ * it in O(n) passes of 11 bits, after the items are put in item-number order
+ * (a scan over the mini-batch, so ties come out by item number). */
+#define PK_RADIX_BITS 11
+#define PK_RADIX_SIZE (1u << PK_RADIX_BITS)
 void pk_sort_by_cost_desc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n) {
-  sort_items(ctx, items, n, cmp_cost_desc);
+  if (n < 64) {
+    sort_items(ctx, items, n, cmp_cost_desc);
+    return;
+  }
+  uint32_t *tmp = pk_malloc_array(n, sizeof *tmp);
+  uint32_t *count = pk_calloc(PK_RADIX_SIZE, sizeof *count);
+  uint8_t *present = pk_calloc(ctx->n, 1);
+  if (tmp == NULL || count == NULL || present == NULL) {
+    free(tmp);
+    free(count);
+    free(present);
+    sort_items(ctx, items, n, cmp_cost_desc);
+    return;
+  }
+  uint64_t hi = 0, lo = UINT64_MAX;
+  for (uint32_t i = 0; i < n; i++) {
+    present[items[i]] = 1;
+    hi = PK_MAX(hi, ctx->size[items[i]]);
+    lo = PK_MIN(lo, ctx->size[items[i]]);
+  }
+  uint32_t f = 0;
+  for (uint32_t k = 0; k < ctx->n; k++)
+    if (present[k])
+      items[f++] = k;
+  /* Key: hi - size (descending size, ascending key), only the bits that
+   * vary. */
+  uint64_t span = hi - lo;
+  for (unsigned shift = 0; shift < 64 && (span >> shift) != 0; shift += PK_RADIX_BITS) {
+    memset(count, 0, PK_RADIX_SIZE * sizeof *count);
+    for (uint32_t i = 0; i < n; i++)
+      count[((hi - ctx->size[items[i]]) >> shift) & (PK_RADIX_SIZE - 1)]++;
+    uint32_t sum = 0;
+    for (uint32_t d = 0; d < PK_RADIX_SIZE; d++) {
+      uint32_t c = count[d];
+      count[d] = sum;
+      sum += c;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t k = items[i];
+      tmp[count[((hi - ctx->size[k]) >> shift) & (PK_RADIX_SIZE - 1)]++] = k;
+    }
+    memcpy(items, tmp, (size_t)n * sizeof *items);
+  }
+  free(tmp);
+  free(count);
+  free(present);
 }
 
 void pk_sort_by_size_asc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n) {

@@ -126,6 +126,11 @@ static inline void check_plan(const pk_request_t *req, const pk_plan_t *plan) {
   if (req->batching.equal_count)
     for (uint32_t r = 1; r < dp; r++)
       assert_int_equal(per_rank[r], per_rank[0]);
+  /* The bounds are proven, so no plan of any algorithm beats them. */
+  const pk_stats_t *st = &plan->stats;
+  assert_true(st->micro_batches_per_rank >= st->micro_batches_lower_bound);
+  assert_true(st->step_cost >= st->step_cost_lower_bound * (1 - 1e-9));
+  assert_true(st->lockstep_efficiency <= st->lockstep_efficiency_bound + 1e-9);
   free(seen);
   free(per_rank);
 }

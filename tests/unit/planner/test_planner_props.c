@@ -182,10 +182,12 @@ static void test_real_workloads(void **state) {
         req.batching.mini_batches = 2;
         pk_stats_t st;
         assert_int_equal(plan_and_check(&req, &st), 0);
-        /* Packed AUTO stays within one micro-batch of the bound (the PADDED
-         * bound counts row widths, not rows x widest row, so it is loose). */
+        /* Packed AUTO stays within one micro-batch of the bound; in PADDED
+         * mode the bound (exact greedy grouping) is met exactly. */
         if (mode == PK_MODE_PACKED)
           assert_true(st.micro_batches_per_rank <= st.micro_batches_lower_bound + 1);
+        else
+          assert_int_equal(st.micro_batches_per_rank, st.micro_batches_lower_bound);
       }
   }
 }

@@ -1,0 +1,219 @@
+/* Proven lower bounds of a mini-batch: the fewest micro-batches per rank any
+ * plan needs, and the least step cost any plan with a given micro-batch
+ * count can have. The planner reports them in the stats; AUTO starts from
+ * the first and is judged against the second.
+ *
+ * Both bounds read the items in size-descending order (ctx->by_size when
+ * the pipeline sorted them already). Costs are pk_slot_cost of the sizes,
+ * so that order is also cost-descending and cost-per-token-descending
+ * (cost / size = linear + quadratic * size grows with size). */
+#include <stdlib.h>
+
+#include "pk_internal.h"
+
+/* Fills order with the items sorted by size descending (ties by item
+ * number), reusing ctx->by_size when present. Returns the array to read
+ * (order or ctx->by_size), or NULL when out of memory. */
+static const uint32_t *sorted_items(const pk_ctx_t *ctx, uint32_t **owned) {
+  *owned = NULL;
+  if (ctx->by_size != NULL)
+    return ctx->by_size;
+  uint32_t *order = pk_malloc_array(ctx->n, sizeof *order);
+  if (order == NULL)
+    return NULL;
+  for (uint32_t k = 0; k < ctx->n; k++)
+    order[k] = k;
+  pk_sort_by_cost_desc(ctx, order, ctx->n);
+  *owned = order;
+  return order;
+}
+
+/* PADDED: the fewest groups (micro-batches pooled over all ranks) any
+ * grouping of the items needs, exactly. A group costs rows x its widest row.
+ * Walking the widths in descending order, the widest remaining item opens a
+ * group and the group takes the min(cap / width, max_seqs) widest remaining
+ * items. Exchange argument: some optimal grouping puts the widest item w in
+ * a group of at most that many rows; swapping wider remaining items into
+ * that group keeps it within the cap (its widest row stays w) and keeps the
+ * other groups within it (they lose width or keep it), so some optimal
+ * grouping starts like the greedy one; induction on the rest. */
+static uint64_t padded_groups(const pk_ctx_t *ctx, const uint32_t *by_size) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint64_t groups = 0;
+  for (uint32_t i = 0; i < ctx->n;) {
+    uint64_t w = ctx->size[by_size[i]];
+    uint64_t rows = w == 0 ? UINT64_MAX : cfg->cap / w;
+    rows = PK_MIN(rows, (uint64_t)cfg->max_seqs);
+    if (rows == 0)
+      rows = 1; /* Cannot happen: validation rejects items above the cap. */
+    groups++;
+    i = rows >= ctx->n - i ? ctx->n : i + (uint32_t)rows;
+  }
+  return groups;
+}
+
+/* PACKED: Martello and Toth's bound L2 on the fewest bins of capacity cap:
+ * for a in [0, cap/2], the items above cap - a (J1) and those in
+ * (cap/2, cap - a] (J2) each need their own bin, no two of them share one,
+ * and the items in [a, cap/2] (J3) fit only into the J2 bins' free room or
+ * further bins: |J1| + |J2| + max(0, ceil((sum J3 - (|J2| cap - sum J2)) /
+ * cap)). a = 0 gives ceil(sum / cap). Only a = 0 and a = the sizes at most
+ * cap/2 need checking (the bound is a step function changing there); with
+ * a increasing, the J1 boundary moves right and the J3 end moves left, so
+ * two pointers make it O(n). */
+static uint64_t packed_bins_l2(const pk_ctx_t *ctx, const uint32_t *by_size) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n;
+  uint64_t cap = cfg->cap;
+  uint64_t *pre = pk_malloc_array((size_t)n + 1, sizeof *pre);
+  if (pre == NULL)
+    return 0;
+  pre[0] = 0;
+  for (uint32_t i = 0; i < n; i++)
+    pre[i + 1] = pre[i] + ctx->size[by_size[i]];
+#define SZ(i) (ctx->size[by_size[i]])
+  /* [0, half): sizes above cap / 2. */
+  uint32_t half = 0;
+  while (half < n && SZ(half) * 2 > cap)
+    half++;
+  uint64_t best = (pre[n] + cap - 1) / cap;
+  /* a runs over the distinct sizes in [1, cap/2], ascending: from index n-1
+   * down to half. */
+  uint32_t j1 = 0;    /* [0, j1): size > cap - a. */
+  uint32_t j3end = n; /* [half, j3end): size >= a. */
+  for (uint32_t t = n; t-- > half;) {
+    uint64_t a = SZ(t);
+    if (a == 0 || (t + 1 < n && SZ(t + 1) == a))
+      continue;
+    while (j1 < half && SZ(j1) > cap - a)
+      j1++;
+    while (j3end > half && SZ(j3end - 1) < a)
+      j3end--;
+    uint64_t n2 = half - j1, s2 = pre[half] - pre[j1];
+    uint64_t s3 = pre[j3end] - pre[half];
+    uint64_t free2 = n2 * cap - s2;
+    uint64_t extra = s3 > free2 ? (s3 - free2 + cap - 1) / cap : 0;
+    best = PK_MAX(best, (uint64_t)j1 + n2 + extra);
+  }
+#undef SZ
+  free(pre);
+  return best;
+}
+
+uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
+  if (ctx->micro_lb != 0)
+    return ctx->micro_lb;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint64_t dp = cfg->dp;
+  uint64_t m = cfg->min_micro;
+  if (cfg->max_seqs != UINT32_MAX)
+    m = PK_MAX(m, ((uint64_t)ctx->n + dp * cfg->max_seqs - 1) / (dp * cfg->max_seqs));
+  if (cfg->cap != UINT64_MAX && ctx->n > 0) {
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < ctx->n; k++)
+      sum += ctx->size[k];
+    m = PK_MAX(m, (sum + dp * cfg->cap - 1) / (dp * cfg->cap));
+    /* Every plan's micro-batches, pooled over the ranks, group all items,
+     * so dp x (micro-batches per rank) >= the fewest groups. */
+    if (cfg->mode != PK_MODE_FIXED) {
+      uint32_t *owned;
+      const uint32_t *by_size = sorted_items(ctx, &owned);
+      if (by_size != NULL) {
+        uint64_t g = cfg->mode == PK_MODE_PADDED ? padded_groups(ctx, by_size)
+                                                 : packed_bins_l2(ctx, by_size);
+        m = PK_MAX(m, (g + dp - 1) / dp);
+      }
+      free(owned);
+    }
+  }
+  m = pk_round_up(m, cfg->group);
+  return m > UINT32_MAX ? UINT32_MAX : (uint32_t)m;
+}
+
+/* The step cost lower bound for plans with m micro-batches per rank.
+ *
+ * Take any such plan; sort its m columns (micro-batch slot j over all
+ * ranks) by level L (the costliest micro-batch of the column), descending:
+ * L_1 >= ... >= L_m; the step cost is the sum of the L. Then:
+ *
+ *  (a) L_1 >= c_1, the costliest item, and for k >= 1, L_{k+1} >= l_{k+1} :=
+ *      the cost of the first item (size-descending) that does not fit into
+ *      k columns together with all larger ones (k x dp x cap tokens, k x dp
+ *      x max_seqs items): items costlier than L_{k+1} can only be in the top
+ *      k columns, and that many do not fit there.
+ *  (b) Any k columns hold at most U_k cost: the costliest k x dp x cap tokens
+ *      taken fractionally by cost per token (largest items first), and at
+ *      most the k x dp x max_seqs costliest items. A column holds at most dp
+ *      x L of cost, so the columns after the top k, holding the rest, have
+ *      sum L >= (C - U_k) / dp, C the total cost.
+ *
+ * So step >= sum_{j <= k} l_j + max((C - U_k) / dp, sum_{j > k} l_j) for
+ * every k in 0..m; the bound is the largest. k = 0 is the plain bound
+ * max(C / dp, sum l) >= max(C / dp, c_1). In PADDED mode a micro-batch costs
+ * rows x c(width) >= the sum of its items' costs and holds at most cap of
+ * item sizes, so the bound holds there too (it ignores padding). */
+double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n;
+  if (n == 0 || m == 0)
+    return 0;
+  double total = 0, biggest = 0;
+  for (uint32_t k = 0; k < n; k++) {
+    total += ctx->cost[k];
+    biggest = PK_MAX(biggest, ctx->cost[k]);
+  }
+  double dp = cfg->dp;
+  double plain = PK_MAX(total / dp, biggest);
+  uint32_t *owned;
+  const uint32_t *by = sorted_items(ctx, &owned);
+  double *lvl = pk_malloc_array((size_t)m + 1, sizeof *lvl);
+  double *cap_cost = pk_malloc_array((size_t)m + 1, sizeof *cap_cost);
+  if (by == NULL || lvl == NULL || cap_cost == NULL) {
+    free(owned);
+    free(lvl);
+    free(cap_cost);
+    return plain;
+  }
+  /* One pass over the items, largest first, with the token and count
+   * limits of k columns for k = 1..m. */
+  uint64_t tokens = 0, cap = cfg->cap;
+  double cost = 0;
+  uint32_t i = 0;
+  lvl[1] = ctx->cost[by[0]];
+  cap_cost[0] = 0;
+  for (uint32_t k = 1; k <= m; k++) {
+    uint64_t tok_lim = cap == UINT64_MAX ? UINT64_MAX : (uint64_t)k * cfg->dp * cap;
+    uint64_t cnt_lim =
+        cfg->max_seqs == UINT32_MAX ? UINT64_MAX : (uint64_t)k * cfg->dp * cfg->max_seqs;
+    while (i < n && tokens + ctx->size[by[i]] <= tok_lim && i < cnt_lim) {
+      tokens += ctx->size[by[i]];
+      cost += ctx->cost[by[i]];
+      i++;
+    }
+    /* U_k: whole items so far plus the fitting fraction of the next one,
+     * unless the count limit stopped the walk. */
+    double u = cost;
+    if (i < n && i < cnt_lim && ctx->size[by[i]] > 0 && tok_lim != UINT64_MAX)
+      u += ctx->cost[by[i]] * (double)(tok_lim - tokens) / (double)ctx->size[by[i]];
+    cap_cost[k] = u;
+    if (k < m)
+      lvl[k + 1] = i < n ? ctx->cost[by[i]] : 0;
+  }
+  /* suffix[k] = sum of l_j for j > k. */
+  double best = plain, prefix = 0, suffix = 0;
+  for (uint32_t j = 1; j <= m; j++)
+    suffix += lvl[j];
+  for (uint32_t k = 0; k <= m; k++) {
+    if (k > 0) {
+      prefix += lvl[k];
+      suffix -= lvl[k];
+    }
+    double rest = (total - cap_cost[k]) / dp;
+    double b = prefix + PK_MAX(rest, PK_MAX(suffix, 0.0));
+    best = PK_MAX(best, b);
+  }
+  free(owned);
+  free(lvl);
+  free(cap_cost);
+  return best;
+}

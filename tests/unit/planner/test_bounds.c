@@ -1,0 +1,144 @@
+/* The proven lower bounds of bounds.c against exhaustive search.
+ *
+ * For small random mini-batches every assignment of the items to (rank,
+ * micro-batch) cells with m micro-batches per rank is enumerated (cells
+ * non-empty, cap and max_seqs obeyed); the fewest feasible m must be at
+ * least pk_micro_lower_bound (and, in PADDED mode, equal to it: the bound is
+ * exact there), and for every m the least step cost must be at least
+ * pk_step_lower_bound(m). */
+#include "compat_fixture.h"
+
+#include <math.h>
+
+typedef struct search {
+  const fx_t *f;
+  uint32_t m, cells;
+  uint32_t *cell_of;
+  pk_bin_t bins[16];
+  double best; /* Least step cost found (INFINITY: none feasible). */
+} search_t;
+
+static double step_cost(const search_t *s) {
+  const pk_cfg_t *cfg = &s->f->cfg;
+  double step = 0;
+  for (uint32_t j = 0; j < s->m; j++) {
+    double level = 0;
+    for (uint32_t r = 0; r < cfg->dp; r++) {
+      const pk_bin_t *b = &s->bins[r * s->m + j];
+      double c = cfg->mode == PK_MODE_PADDED
+                     ? (double)b->count * (cfg->lin * (double)b->width +
+                                           cfg->quad * (double)b->width * (double)b->width)
+                     : b->cost;
+      level = c > level ? c : level;
+    }
+    step += level;
+  }
+  return step;
+}
+
+static void enumerate(search_t *s, uint32_t k) {
+  const fx_t *f = s->f;
+  if (k == f->n) {
+    for (uint32_t c = 0; c < s->cells; c++)
+      if (s->bins[c].count == 0)
+        return;
+    double step = step_cost(s);
+    if (step < s->best)
+      s->best = step;
+    return;
+  }
+  for (uint32_t c = 0; c < s->cells; c++) {
+    if (!pk_bin_fits(&f->ctx, &s->bins[c], k))
+      continue;
+    pk_bin_t saved = s->bins[c];
+    pk_bin_add(&f->ctx, &s->bins[c], k);
+    enumerate(s, k + 1);
+    s->bins[c] = saved;
+  }
+}
+
+/* The least step cost over all plans with m micro-batches per rank. */
+static double brute_force(const fx_t *f, uint32_t m) {
+  search_t s = {.f = f, .m = m, .cells = f->cfg.dp * m, .best = INFINITY};
+  memset(s.bins, 0, sizeof s.bins);
+  enumerate(&s, 0);
+  return s.best;
+}
+
+static void check_random(uint32_t mode) {
+  uint64_t seed = 0x626f756e64ull + mode;
+  for (int iter = 0; iter < 300; iter++) {
+    uint32_t n = 2 + fx_below(&seed, 6); /* 2..7 */
+    uint32_t dp = 1 + fx_below(&seed, 2);
+    uint32_t lens[8];
+    uint64_t cap = 8 + fx_below(&seed, 24);
+    for (uint32_t i = 0; i < n; i++)
+      lens[i] = 1 + fx_below(&seed, (uint32_t)cap);
+    fx_t f;
+    fx_init(&f, lens, n, dp, mode, cap);
+    if (fx_below(&seed, 3) == 0)
+      f.cfg.max_seqs = 1 + fx_below(&seed, 3);
+    /* Coarse costs make ties and plateaus likely, fine ones the opposite. */
+    f.cfg.quad = fx_below(&seed, 2) ? 1.0 / 24576.0 : 0.25;
+    fx_build(&f);
+    uint32_t lb = pk_micro_lower_bound(&f.ctx);
+    uint32_t fewest = 0;
+    for (uint32_t m = 1; m * dp <= n && dp * m <= 16; m++) {
+      double best = brute_force(&f, m);
+      if (isinf(best))
+        continue;
+      if (fewest == 0)
+        fewest = m;
+      double bound = pk_step_lower_bound(&f.ctx, m);
+      if (bound > best * (1 + 1e-9))
+        fail_msg("iter %d: step bound %.6f above the optimum %.6f (n %u dp %u m %u cap %llu)", iter,
+                 bound, best, n, dp, m, (unsigned long long)cap);
+    }
+    if (fewest != 0) {
+      assert_true(lb <= fewest);
+      if (mode == PK_MODE_PADDED && f.cfg.max_seqs == UINT32_MAX)
+        assert_int_equal(lb, fewest);
+    }
+    fx_free(&f);
+  }
+}
+
+static void test_bounds_packed(void **state) {
+  (void)state;
+  check_random(PK_MODE_PACKED);
+}
+
+static void test_bounds_padded(void **state) {
+  (void)state;
+  check_random(PK_MODE_PADDED);
+}
+
+/* The step bound sees the cap: one item of the cap's size and six small
+ * ones on 2 ranks x 2 micro-batches, cap 100, cost a^2. The full item
+ * fills a micro-batch alone, its column costs 10000 however the other
+ * micro-batch is filled, and at most 100 tokens of small items (5 of them)
+ * can share that column, so the other column holds at least one small item
+ * per rank: the optimum is 10000 + 400. The plain bound max(C / dp, c_max)
+ * is 10000. */
+static void test_step_bound_cap(void **state) {
+  (void)state;
+  uint32_t lens[] = {100, 20, 20, 20, 20, 20, 20};
+  fx_t f;
+  fx_init(&f, lens, 7, 2, PK_MODE_PACKED, 100);
+  f.cfg.lin = 0;
+  f.cfg.quad = 1;
+  fx_build(&f);
+  double bound = pk_step_lower_bound(&f.ctx, 2);
+  assert_true(fabs(bound - 10400) < 1e-6);
+  assert_true(fabs(brute_force(&f, 2) - 10400) < 1e-6);
+  fx_free(&f);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_bounds_packed),
+      cmocka_unit_test(test_bounds_padded),
+      cmocka_unit_test(test_step_bound_cap),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
