@@ -195,6 +195,243 @@ static int place_rest(auto_state_t *s, const uint32_t *items, uint32_t count) {
   return 0;
 }
 
+/* Per-column trees over the dp micro-batches: the cheapest one and the one
+ * with the most room, each in O(log dp) per update. */
+typedef struct col_trees {
+  uint32_t leaves;   /* A power of two >= dp. */
+  double *cost;      /* m * 2 * leaves: min cost of the subtree. */
+  uint32_t *cost_at; /* The slot holding it. */
+  uint64_t *room;    /* Max room + 1 of the subtree (0: full). */
+  uint32_t *room_at;
+} col_trees_t;
+
+static void col_set(col_trees_t *ct, uint32_t c, uint32_t slot, double cost, uint64_t room) {
+  size_t base = (size_t)c * 2 * ct->leaves;
+  uint32_t p = ct->leaves + slot;
+  ct->cost[base + p] = cost;
+  ct->cost_at[base + p] = slot;
+  ct->room[base + p] = room;
+  ct->room_at[base + p] = slot;
+  for (p /= 2; p >= 1; p /= 2) {
+    size_t l = base + 2 * p, r = l + 1;
+    bool left_cost = ct->cost[l] <= ct->cost[r];
+    ct->cost[base + p] = left_cost ? ct->cost[l] : ct->cost[r];
+    ct->cost_at[base + p] = left_cost ? ct->cost_at[l] : ct->cost_at[r];
+    bool left_room = ct->room[l] >= ct->room[r];
+    ct->room[base + p] = left_room ? ct->room[l] : ct->room[r];
+    ct->room_at[base + p] = left_room ? ct->room_at[l] : ct->room_at[r];
+  }
+}
+
+/* The room of micro-batch i plus one, so that a zero-size item needs 1:
+ * 0 when it holds max_seqs items. */
+static uint64_t room1(const auto_state_t *s, uint32_t i) {
+  const pk_bin_t *b = &s->bins[i];
+  const pk_cfg_t *cfg = s->ctx->cfg;
+  if (b->count >= cfg->max_seqs)
+    return 0;
+  if (b->sum >= cfg->cap)
+    return 1;
+  uint64_t room = cfg->cap - b->sum;
+  return room == UINT64_MAX ? room : room + 1;
+}
+
+/* PACKED, without equal_count: column levels set by their largest items.
+ * Items, largest first, go to the first column where they fit under the
+ * cap without raising the column's level (its costliest micro-batch; an
+ * empty column takes any item and the item sets its level): the cheapest
+ * micro-batch of the column, else the one with the most room. So the
+ * largest items fill the first columns as far as the cap and their level
+ * allow, which is the shape of the step bound (bounds.c), and the level of
+ * every later column is set by a smaller head. An item that fits under no
+ * level goes where it fits at all; when it fits nowhere, or a micro-batch
+ * stays empty, this try fails (the caller falls back to tiers). */
+static int pack_levels(auto_state_t *s, const uint32_t *order) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n;
+  col_trees_t ct = {.leaves = 1};
+  while (ct.leaves < dp)
+    ct.leaves *= 2;
+  size_t tn = (size_t)m * 2 * ct.leaves;
+  ct.cost = pk_malloc_array(tn, sizeof *ct.cost);
+  ct.cost_at = pk_malloc_array(tn, sizeof *ct.cost_at);
+  ct.room = pk_calloc(tn, sizeof *ct.room);
+  ct.room_at = pk_calloc(tn, sizeof *ct.room_at);
+  double *level = pk_calloc(m, sizeof *level);
+  int rc = 0;
+  if (ct.cost == NULL || ct.cost_at == NULL || ct.room == NULL || ct.room_at == NULL ||
+      level == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
+  memset(s->cols.t, 0, (size_t)s->cols.leaves * 2 * sizeof *s->cols.t);
+  for (size_t i = 0; i < tn; i++)
+    ct.cost[i] = 1e308;
+  memset(s->bins_rt.t, 0, (size_t)s->bins_rt.leaves * 2 * sizeof *s->bins_rt.t);
+  for (uint32_t c = 0; c < m; c++) {
+    for (uint32_t q = 0; q < dp; q++) {
+      col_set(&ct, c, q, 0, room1(s, c * dp + q));
+      tree_set(&s->bins_rt, c * dp + q, room1(s, c * dp + q));
+    }
+    tree_set(&s->cols, c, ct.room[(size_t)c * 2 * ct.leaves + 1]);
+  }
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t k = order[j];
+    uint64_t need = ctx->size[k] + 1;
+    double ck = ctx->cost[k];
+    uint32_t bin = UINT32_MAX, at = 0;
+    /* The least level increase seen, for an item above every level. */
+    uint32_t raise_bin = UINT32_MAX;
+    double raise = 0;
+    for (uint32_t tries = 0; tries < PK_AUTO_TRIES; tries++) {
+      uint32_t c = tree_find(&s->cols, at, need);
+      if (c == UINT32_MAX || c >= m)
+        break;
+      size_t root = (size_t)c * 2 * ct.leaves + 1;
+      uint32_t cheap = c * dp + ct.cost_at[root], roomy = c * dp + ct.room_at[root];
+      double limit = level[c] * (1 + 1e-12);
+      bool cheap_fits = room1(s, cheap) >= need;
+      if (level[c] == 0 || (cheap_fits && s->bins[cheap].cost + ck <= limit)) {
+        bin = cheap;
+        break;
+      }
+      if (s->bins[roomy].cost + ck <= limit) {
+        bin = roomy;
+        break;
+      }
+      uint32_t b = cheap_fits ? cheap : roomy;
+      double up = s->bins[b].cost + ck - level[c];
+      if (raise_bin == UINT32_MAX || up < raise) {
+        raise_bin = b;
+        raise = up;
+      }
+      at = c + 1;
+    }
+    if (bin == UINT32_MAX && raise_bin != UINT32_MAX && raise <= ck * 0.5)
+      bin = raise_bin;
+    if (bin == UINT32_MAX) {
+      /* Above every level: the first micro-batch with room (first fit
+       * keeps the token packing tight when the cap binds). */
+      bin = tree_find(&s->bins_rt, 0, need);
+      if (bin == UINT32_MAX || bin >= m * dp) {
+        rc = PK_EPRECOND;
+        goto done;
+      }
+    }
+    uint32_t c = bin / dp;
+    pk_bin_add(ctx, &s->bins[bin], k);
+    s->item_bin[k] = bin;
+    level[c] = PK_MAX(level[c], s->bins[bin].cost);
+    col_set(&ct, c, bin % dp, s->bins[bin].cost, room1(s, bin));
+    tree_set(&s->bins_rt, bin, room1(s, bin));
+    tree_set(&s->cols, c, ct.room[(size_t)c * 2 * ct.leaves + 1]);
+  }
+  for (uint32_t i = 0; i < m * dp; i++)
+    if (s->bins[i].count == 0) {
+      rc = PK_EPRECOND;
+      break;
+    }
+done:
+  free(ct.cost);
+  free(ct.cost_at);
+  free(ct.room);
+  free(ct.room_at);
+  free(level);
+  return rc;
+}
+
+/* PACKED fallback when the cap leaves almost no room: micro-batches first,
+ * columns after. First fit decreasing over all m x dp micro-batches packs
+ * the tokens tightest; micro-batches left empty take the smallest item of
+ * the fullest multi-item ones; then the micro-batches, sorted by cost, are
+ * dealt in tiers of dp (tier j is column j), so the micro-batches of a
+ * column cost nearly the same. */
+static int pack_bins_first(auto_state_t *s, const uint32_t *order) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n, nbins = m * dp;
+  memset(s->bins, 0, (size_t)nbins * sizeof *s->bins);
+  int rc = place_rest(s, order, n);
+  if (rc != 0)
+    return rc;
+  uint32_t *perm = pk_malloc_array(nbins, sizeof *perm);
+  uint32_t *tmp = pk_malloc_array(nbins, sizeof *tmp);
+  uint32_t *smallest = pk_malloc_array(nbins, sizeof *smallest);
+  pk_bin_t *moved = pk_malloc_array(nbins, sizeof *moved);
+  if (perm == NULL || tmp == NULL || smallest == NULL || moved == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  /* Empty micro-batches: each takes the smallest item of a micro-batch
+   * with two or more. Per micro-batch a stack of its items, smallest on
+   * top (order is size-descending, so the last pushed is the smallest). */
+  uint32_t *head = smallest, *next = NULL;
+  if ((next = pk_malloc_array(n, sizeof *next)) == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  for (uint32_t i = 0; i < nbins; i++)
+    head[i] = UINT32_MAX;
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t k = order[j], b = s->item_bin[k];
+    next[k] = head[b];
+    head[b] = k;
+  }
+  uint32_t donor = 0;
+  for (uint32_t i = 0; i < nbins && rc == 0; i++) {
+    if (s->bins[i].count != 0)
+      continue;
+    while (donor < nbins && s->bins[donor].count < 2)
+      donor++;
+    if (donor == nbins) {
+      rc = PK_EPRECOND;
+      break;
+    }
+    uint32_t k = head[donor];
+    head[donor] = next[k];
+    pk_bin_t *d = &s->bins[donor];
+    d->sum -= ctx->size[k];
+    d->cost -= ctx->cost[k];
+    d->count--;
+    /* The width is only used in PADDED mode, which does not come here. */
+    pk_bin_add(ctx, &s->bins[i], k);
+    s->item_bin[k] = i;
+  }
+  free(next);
+  if (rc != 0)
+    goto done;
+  /* Micro-batches by cost, descending (stable merge sort). */
+  for (uint32_t i = 0; i < nbins; i++)
+    perm[i] = i;
+  for (uint32_t w = 1; w < nbins; w *= 2) {
+    for (uint32_t lo = 0; lo < nbins; lo += 2 * w) {
+      uint32_t mid = PK_MIN(lo + w, nbins), hi = PK_MIN(lo + 2 * w, nbins);
+      uint32_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        tmp[k++] = s->bins[perm[j]].cost > s->bins[perm[i]].cost ? perm[j++] : perm[i++];
+      while (i < mid)
+        tmp[k++] = perm[i++];
+      while (j < hi)
+        tmp[k++] = perm[j++];
+    }
+    memcpy(perm, tmp, (size_t)nbins * sizeof *perm);
+  }
+  /* tmp: old bin -> new bin. */
+  for (uint32_t q = 0; q < nbins; q++) {
+    tmp[perm[q]] = q;
+    moved[q] = s->bins[perm[q]];
+  }
+  memcpy(s->bins, moved, (size_t)nbins * sizeof *s->bins);
+  for (uint32_t k = 0; k < n; k++)
+    s->item_bin[k] = tmp[s->item_bin[k]];
+done:
+  free(perm);
+  free(tmp);
+  free(smallest);
+  free(moved);
+  return rc;
+}
+
 /* One packing try with m columns. Returns 0, PK_EPRECOND (does not fit) or
  * PK_ENOMEM. */
 static int try_pack(auto_state_t *s, const uint32_t *order) {
@@ -503,8 +740,8 @@ static void move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t 
  * cheapest micro-batches of the column when that lowers the column's
  * maximum and keeps both under the cap. Moves are skipped with equal_count
  * (they change counts); swaps keep counts. Bounded work per column. */
-#define PK_REFINE_PARTNERS 4
-#define PK_REFINE_SCAN 48
+#define PK_REFINE_PARTNERS 2
+#define PK_REFINE_SCAN 16
 static int refine_columns(auto_state_t *s) {
   const pk_ctx_t *ctx = s->ctx;
   const pk_cfg_t *cfg = ctx->cfg;
@@ -529,11 +766,17 @@ static int refine_columns(auto_state_t *s) {
   }
   for (uint32_t c = 0; c < m; c++) {
     uint32_t base = c * dp;
-    for (uint32_t iter = 0; iter < 4 * dp; iter++) {
+    double col_total = 0;
+    for (uint32_t q = 0; q < dp; q++)
+      col_total += s->bins[base + q].cost;
+    for (uint32_t iter = 0; iter < 2 * dp; iter++) {
       uint32_t x = base;
       for (uint32_t q = 1; q < dp; q++)
         if (s->bins[base + q].cost > s->bins[x].cost)
           x = base + q;
+      /* Level within 0.05 % of the column's mean: nothing left to gain. */
+      if (s->bins[x].cost <= col_total / dp * (1 + 5e-4))
+        break;
       /* The cheapest few micro-batches of the column. */
       uint32_t part[PK_REFINE_PARTNERS];
       uint32_t np = 0;
@@ -706,9 +949,16 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
     rc = pk_fail(err, errlen, PK_ENOMEM, "%u sequences: out of memory", n);
     goto done;
   }
+  uint64_t total_size = 0;
   for (uint32_t k = 0; k < n; k++)
-    order[k] = k;
-  pk_sort_by_cost_desc(ctx, order, n);
+    total_size += ctx->size[k];
+  if (ctx->by_size != NULL) {
+    memcpy(order, ctx->by_size, (size_t)n * sizeof *order);
+  } else {
+    for (uint32_t k = 0; k < n; k++)
+      order[k] = k;
+    pk_sort_by_cost_desc(ctx, order, n);
+  }
 
   if (cfg->mode == PK_MODE_PADDED && !cfg->equal_count) {
     for (; m <= max_m; m += cfg->group) {
@@ -748,7 +998,24 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       goto done;
     }
     s.m = m;
-    rc = try_pack(&s, order);
+    if (cfg->equal_count) {
+      rc = try_pack(&s, order);
+    } else if ((double)total_size > 0.99 * (double)m * dp * (double)cfg->cap) {
+      /* Nearly full: first fit decreasing, the tightest packer here, goes
+       * first; when it fails the level packing (less tight) is not tried at
+       * this count. When it fits, the level packing is tried and kept if it
+       * fits too (better columns); else first fit is packed again. */
+      rc = pack_bins_first(&s, order);
+      if (rc == 0) {
+        rc = pack_levels(&s, order);
+        if (rc == PK_EPRECOND)
+          rc = pack_bins_first(&s, order);
+      }
+    } else {
+      rc = pack_levels(&s, order);
+      if (rc == PK_EPRECOND)
+        rc = pack_bins_first(&s, order);
+    }
     if (rc == 0)
       rc = refine_columns(&s);
     if (rc == 0)
