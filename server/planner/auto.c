@@ -85,13 +85,14 @@ static uint32_t tree_find(const room_tree_t *rt, uint32_t from, uint64_t need) {
 typedef struct auto_state {
   const pk_ctx_t *ctx;
   uint32_t dp, m;
-  pk_bin_t *bins;      /* m * dp, bin = column * dp + slot. */
-  uint64_t *col_foot;  /* Largest micro-batch footprint of the column. */
-  uint32_t *slots;     /* dp scratch. */
-  uint32_t *tmp;       /* dp scratch. */
-  uint32_t *item_bin;  /* n */
-  room_tree_t cols;    /* Room of the fullest micro-batch of each column. */
-  room_tree_t bins_rt; /* Room of each micro-batch (phase 3). */
+  pk_bin_t *bins;       /* m * dp, bin = column * dp + slot. */
+  uint64_t *col_foot;   /* Largest micro-batch footprint of the column. */
+  uint32_t *slots;      /* dp scratch. */
+  uint32_t *tmp;        /* dp scratch. */
+  uint32_t *item_bin;   /* n */
+  room_tree_t cols;     /* Room of the fullest micro-batch of each column. */
+  room_tree_t bins_rt;  /* Room of each micro-batch (phase 3). */
+  room_tree_t col_room; /* Token room left per column (level packing). */
 } auto_state_t;
 
 /* The room micro-batch i has left (0 when it holds max_seqs items). */
@@ -244,8 +245,12 @@ static uint64_t room1(const auto_state_t *s, uint32_t i) {
  * largest items fill the first columns as far as the cap and their level
  * allow, which is the shape of the step bound (bounds.c), and the level of
  * every later column is set by a smaller head. An item that fits under no
- * level goes where it fits at all; when it fits nowhere, or a micro-batch
- * stays empty, this try fails (the caller falls back to tiers). */
+ * level goes to the column with the most token room left in total (its
+ * micro-batches can all grow, so its level rises evenly rather than one
+ * roomy micro-batch rising alone), to its cheapest micro-batch with room;
+ * else to the first micro-batch with room. When it fits nowhere, or a
+ * micro-batch stays empty, this try fails (the caller falls back to
+ * pack_bins_first). */
 static int pack_levels(auto_state_t *s, const uint32_t *order) {
   const pk_ctx_t *ctx = s->ctx;
   uint32_t dp = s->dp, m = s->m, n = ctx->n;
@@ -258,9 +263,11 @@ static int pack_levels(auto_state_t *s, const uint32_t *order) {
   ct.room = pk_calloc(tn, sizeof *ct.room);
   ct.room_at = pk_calloc(tn, sizeof *ct.room_at);
   double *level = pk_calloc(m, sizeof *level);
+  uint64_t *col_room = pk_malloc_array(m, sizeof *col_room);
+  uint64_t cfg_cap = ctx->cfg->cap;
   int rc = 0;
   if (ct.cost == NULL || ct.cost_at == NULL || ct.room == NULL || ct.room_at == NULL ||
-      level == NULL) {
+      level == NULL || col_room == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -269,7 +276,10 @@ static int pack_levels(auto_state_t *s, const uint32_t *order) {
   for (size_t i = 0; i < tn; i++)
     ct.cost[i] = 1e308;
   memset(s->bins_rt.t, 0, (size_t)s->bins_rt.leaves * 2 * sizeof *s->bins_rt.t);
+  memset(s->col_room.t, 0, (size_t)s->col_room.leaves * 2 * sizeof *s->col_room.t);
   for (uint32_t c = 0; c < m; c++) {
+    col_room[c] = cfg_cap >= UINT64_MAX / 2 / dp ? UINT64_MAX / 2 / m : cfg_cap * dp;
+    tree_set(&s->col_room, c, col_room[c]);
     for (uint32_t q = 0; q < dp; q++) {
       col_set(&ct, c, q, 0, room1(s, c * dp + q));
       tree_set(&s->bins_rt, c * dp + q, room1(s, c * dp + q));
@@ -281,9 +291,6 @@ static int pack_levels(auto_state_t *s, const uint32_t *order) {
     uint64_t need = ctx->size[k] + 1;
     double ck = ctx->cost[k];
     uint32_t bin = UINT32_MAX, at = 0;
-    /* The least level increase seen, for an item above every level. */
-    uint32_t raise_bin = UINT32_MAX;
-    double raise = 0;
     for (uint32_t tries = 0; tries < PK_AUTO_TRIES; tries++) {
       uint32_t c = tree_find(&s->cols, at, need);
       if (c == UINT32_MAX || c >= m)
@@ -291,8 +298,7 @@ static int pack_levels(auto_state_t *s, const uint32_t *order) {
       size_t root = (size_t)c * 2 * ct.leaves + 1;
       uint32_t cheap = c * dp + ct.cost_at[root], roomy = c * dp + ct.room_at[root];
       double limit = level[c] * (1 + 1e-12);
-      bool cheap_fits = room1(s, cheap) >= need;
-      if (level[c] == 0 || (cheap_fits && s->bins[cheap].cost + ck <= limit)) {
+      if (level[c] == 0 || (room1(s, cheap) >= need && s->bins[cheap].cost + ck <= limit)) {
         bin = cheap;
         break;
       }
@@ -300,16 +306,19 @@ static int pack_levels(auto_state_t *s, const uint32_t *order) {
         bin = roomy;
         break;
       }
-      uint32_t b = cheap_fits ? cheap : roomy;
-      double up = s->bins[b].cost + ck - level[c];
-      if (raise_bin == UINT32_MAX || up < raise) {
-        raise_bin = b;
-        raise = up;
-      }
       at = c + 1;
     }
-    if (bin == UINT32_MAX && raise_bin != UINT32_MAX && raise <= ck * 0.5)
-      bin = raise_bin;
+    if (bin == UINT32_MAX && s->col_room.t[1] > 0) {
+      /* Above every level: the column with the most room left in total
+       * (its micro-batches can all grow, so its level rises evenly). */
+      uint32_t c = tree_find(&s->col_room, 0, s->col_room.t[1]);
+      size_t root = (size_t)c * 2 * ct.leaves + 1;
+      uint32_t cheap = c * dp + ct.cost_at[root], roomy = c * dp + ct.room_at[root];
+      if (room1(s, cheap) >= need)
+        bin = cheap;
+      else if (room1(s, roomy) >= need)
+        bin = roomy;
+    }
     if (bin == UINT32_MAX) {
       /* Above every level: the first micro-batch with room (first fit
        * keeps the token packing tight when the cap binds). */
@@ -325,6 +334,8 @@ static int pack_levels(auto_state_t *s, const uint32_t *order) {
     level[c] = PK_MAX(level[c], s->bins[bin].cost);
     col_set(&ct, c, bin % dp, s->bins[bin].cost, room1(s, bin));
     tree_set(&s->bins_rt, bin, room1(s, bin));
+    col_room[c] -= PK_MIN(col_room[c], ctx->size[k]);
+    tree_set(&s->col_room, c, col_room[c]);
     tree_set(&s->cols, c, ct.room[(size_t)c * 2 * ct.leaves + 1]);
   }
   for (uint32_t i = 0; i < m * dp; i++)
@@ -338,6 +349,7 @@ done:
   free(ct.room);
   free(ct.room_at);
   free(level);
+  free(col_room);
   return rc;
 }
 
@@ -944,7 +956,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
   s.tmp = pk_malloc_array(dp, sizeof *s.tmp);
   s.item_bin = pk_malloc_array(n, sizeof *s.item_bin);
   if (order == NULL || s.bins == NULL || s.col_foot == NULL || s.slots == NULL || s.tmp == NULL ||
-      s.item_bin == NULL || tree_init(&s.cols, max_m) != 0 ||
+      s.item_bin == NULL || tree_init(&s.cols, max_m) != 0 || tree_init(&s.col_room, max_m) != 0 ||
       tree_init(&s.bins_rt, max_m * dp) != 0) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "%u sequences: out of memory", n);
     goto done;
@@ -1036,6 +1048,7 @@ done:
   free(s.col_foot);
   free(s.cols.t);
   free(s.bins_rt.t);
+  free(s.col_room.t);
   free(s.slots);
   free(s.tmp);
   free(s.item_bin);
