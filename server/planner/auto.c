@@ -860,6 +860,108 @@ static int refine_columns(auto_state_t *s) {
   return 0;
 }
 
+/* PADDED refinement: a micro-batch costs rows x c(widest row). Inside every
+ * column, repeatedly take the costliest micro-batch and move one of its rows
+ * (its narrowest, or its widest, which may narrow it) to one of the two
+ * cheapest micro-batches of the column when that lowers the column's
+ * maximum and the receiver stays within the cap and max_seqs. Only without
+ * equal_count (moves change counts). Bounded work per column. */
+static double padded_cost(const pk_cfg_t *cfg, uint32_t count, uint64_t width) {
+  return (double)count * pk_slot_cost(cfg, width);
+}
+
+static int refine_padded(auto_state_t *s) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n, nbins = m * dp;
+  if (dp < 2)
+    return 0;
+  uint32_t *head = pk_malloc_array(nbins, sizeof *head);
+  uint32_t *next = pk_malloc_array(n, sizeof *next);
+  double *real = pk_malloc_array(nbins, sizeof *real);
+  if (head == NULL || next == NULL || real == NULL) {
+    free(head);
+    free(next);
+    free(real);
+    return PK_ENOMEM;
+  }
+  for (uint32_t i = 0; i < nbins; i++) {
+    head[i] = UINT32_MAX;
+    real[i] = padded_cost(cfg, s->bins[i].count, s->bins[i].width);
+  }
+  for (uint32_t k = n; k-- > 0;) {
+    next[k] = head[s->item_bin[k]];
+    head[s->item_bin[k]] = k;
+  }
+  for (uint32_t c = 0; c < m; c++) {
+    uint32_t base = c * dp;
+    for (uint32_t iter = 0; iter < 2 * dp; iter++) {
+      uint32_t x = base, y1 = UINT32_MAX, y2 = UINT32_MAX;
+      for (uint32_t q = 0; q < dp; q++) {
+        uint32_t i = base + q;
+        if (real[i] > real[x])
+          x = i;
+        if (y1 == UINT32_MAX || real[i] < real[y1]) {
+          y2 = y1;
+          y1 = i;
+        } else if (y2 == UINT32_MAX || real[i] < real[y2]) {
+          y2 = i;
+        }
+      }
+      const pk_bin_t *bx = &s->bins[x];
+      if (bx->count < 2)
+        break;
+      /* The narrowest and the widest rows of x, and x's width without its
+       * widest row. */
+      uint32_t narrow = UINT32_MAX, wide = UINT32_MAX;
+      uint64_t second = 0;
+      for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k]) {
+        if (narrow == UINT32_MAX || ctx->size[k] < ctx->size[narrow])
+          narrow = k;
+        if (wide == UINT32_MAX || ctx->size[k] > ctx->size[wide])
+          wide = k;
+      }
+      for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k])
+        if (k != wide)
+          second = PK_MAX(second, ctx->size[k]);
+      double best = real[x];
+      uint32_t bk = UINT32_MAX, by = UINT32_MAX;
+      uint32_t cand[2] = {narrow, wide};
+      uint32_t ys[2] = {y1, y2};
+      for (int a = 0; a < 2; a++) {
+        uint32_t k = cand[a];
+        uint64_t wx = k == wide ? second : bx->width;
+        double cx = padded_cost(cfg, bx->count - 1, wx);
+        for (int b = 0; b < 2; b++) {
+          uint32_t y = ys[b];
+          if (y == UINT32_MAX || y == x)
+            continue;
+          const pk_bin_t *bb = &s->bins[y];
+          uint64_t wy = PK_MAX(bb->width, ctx->size[k]);
+          if (bb->count + 1 > cfg->max_seqs || (uint64_t)(bb->count + 1) * wy > cfg->cap)
+            continue;
+          double cy = padded_cost(cfg, bb->count + 1, wy);
+          double peak = PK_MAX(cx, cy);
+          if (peak < best * (1 - 1e-12)) {
+            best = peak;
+            bk = k;
+            by = y;
+          }
+        }
+      }
+      if (bk == UINT32_MAX)
+        break;
+      move_item(s, head, next, bk, by);
+      real[x] = padded_cost(cfg, s->bins[x].count, s->bins[x].width);
+      real[by] = padded_cost(cfg, s->bins[by].count, s->bins[by].width);
+    }
+  }
+  free(head);
+  free(next);
+  free(real);
+  return 0;
+}
+
 /* Deals the micro-batches of every column to ranks (step 4 above) and writes
  * the assignment. */
 static int deal_columns(auto_state_t *s, pk_assign_t *out) {
@@ -987,6 +1089,10 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
     if (rc != 0)
       goto done;
+    if ((rc = refine_padded(&s)) != 0) {
+      pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
+      goto done;
+    }
     goto deal;
   }
   if (cfg->mode == PK_MODE_PADDED) {

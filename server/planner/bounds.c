@@ -151,7 +151,11 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  * every k in 0..m; the bound is the largest. k = 0 is the plain bound
  * max(C / dp, sum l) >= max(C / dp, c_1). In PADDED mode a micro-batch costs
  * rows x c(width) >= the sum of its items' costs and holds at most cap of
- * item sizes, so the bound holds there too (it ignores padding). */
+ * item sizes, so the bound holds there too (it ignores padding), and (a) is
+ * sharper: k columns are k x dp groups, and no k x dp groups hold more of
+ * the largest items than the first k x dp groups of the exact greedy
+ * grouping (pk_micro_lower_bound), so l_{k+1} is at least the cost of the
+ * first item those groups leave out. */
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
@@ -179,6 +183,11 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
   uint64_t tokens = 0, cap = cfg->cap;
   double cost = 0;
   uint32_t i = 0;
+  /* PADDED: items covered by the first k x dp greedy groups (the most of
+   * the largest items k columns can hold, by the exactness of the greedy
+   * grouping on every prefix). */
+  uint64_t groups = 0;
+  uint32_t covered = 0;
   lvl[1] = ctx->cost[by[0]];
   cap_cost[0] = 0;
   for (uint32_t k = 1; k <= m; k++) {
@@ -196,8 +205,19 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
     if (i < n && i < cnt_lim && ctx->size[by[i]] > 0 && tok_lim != UINT64_MAX)
       u += ctx->cost[by[i]] * (double)(tok_lim - tokens) / (double)ctx->size[by[i]];
     cap_cost[k] = u;
+    uint32_t first_out = i;
+    if (cfg->mode == PK_MODE_PADDED) {
+      while (covered < n && groups < (uint64_t)k * cfg->dp) {
+        uint64_t w = ctx->size[by[covered]];
+        uint64_t rows = PK_MIN(w == 0 ? UINT64_MAX : cap / w, (uint64_t)cfg->max_seqs);
+        rows = PK_MAX(rows, 1);
+        covered = rows >= n - covered ? n : covered + (uint32_t)rows;
+        groups++;
+      }
+      first_out = PK_MIN(first_out, covered);
+    }
     if (k < m)
-      lvl[k + 1] = i < n ? ctx->cost[by[i]] : 0;
+      lvl[k + 1] = first_out < n ? ctx->cost[by[first_out]] : 0;
   }
   /* suffix[k] = sum of l_j for j > k. */
   double best = plain, prefix = 0, suffix = 0;
