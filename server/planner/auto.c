@@ -1,42 +1,45 @@
 /* AUTO: packd's own DP balancing and micro-batching, planned jointly.
  *
  * Ranks run micro-batch j at the same time (lock step), so what costs time is
- * the costliest rank of every micro-batch slot ("column"). AUTO therefore
- * builds columns, not ranks:
+ * the costliest rank of every micro-batch slot ("column"): the step cost is
+ * the sum of the column levels. AUTO builds M columns of dp micro-batches,
+ * M = pk_micro_lower_bound (the fewest the cap, max_seqs, min_micro_batches
+ * and microbatch_group allow; grown by one group only when no packing fits),
+ * and makes every column level. Items are read largest first (by_size).
  *
- *  1. Items are sorted by cost, descending, and cut into tiers of dp items.
- *     The items of one tier are alike, so giving one to every rank keeps the
- *     ranks' profiles alike (and the counts equal).
- *  2. M columns of dp micro-batches each, M = the lower bound (token cap,
- *     max_seqs, min_micro_batches, rounded to microbatch_group). Tier j < M
- *     opens column j; later tiers go whole into the first column where they
- *     fit (first fit decreasing over columns, so columns fill up one after the
- *     other and room is not scattered). Inside a column the tier's costliest
- *     item goes to the cheapest micro-batch (LPT), which keeps the column
- *     level; when that breaks the cap, the largest item goes to the emptiest
- *     micro-batch instead.
- *  3. When a tier fits no column (the batch is nearly as large as M columns
- *     hold), the remaining items go one by one, largest first, to the first
- *     micro-batch with room (first fit decreasing). With equal_count this
- *     would break equal counts, so M grows by one group instead.
- *  4. Refinement: inside every column, items are moved or swapped between
- *     the costliest and the cheapest micro-batches while that lowers the
- *     column's maximum.
- *  5. Columns are dealt to ranks: micro-batches of a column may be given to
- *     ranks in any order without changing the step time, so each column's
- *     costliest micro-batch goes to the rank with the least total cost so far
- *     (DP balance for free).
+ *  PACKED, FIXED aside (assign.c):
+ *   - pack_levels: the first column's level is set by the largest item;
+ *     items go to the first column where they fit under the cap without
+ *     raising its level (cheapest micro-batch first), so the largest items
+ *     fill the first columns and every later column's level is set by a
+ *     smaller head: the shape of the step bound (bounds.c). Items above every
+ *     level go to the column with the most room.
+ *   - pack_bins_first, when the batch nearly fills M columns (or the level
+ *     packing does not fit): first fit decreasing over all micro-batches,
+ *     then micro-batches sorted by cost and dealt in tiers of dp (tier j is
+ *     column j).
+ *   - with equal_count, try_pack: tiers of dp like items, one per
+ *     micro-batch, so every rank gets the same count.
+ *   - refine_columns: moves and swaps inside each column between its
+ *     costliest and cheapest micro-batches while the level falls.
+ *  PADDED (rows x widest row):
+ *   - pack_padded_groups: runs of like width closed at a target cost found
+ *     by bisection, exactly M x dp of them, dealt in tiers of dp by cost;
+ *     refine_padded then moves rows inside each column.
+ *   - with equal_count, pack_padded: whole tiers per column.
+ *  Finally deal_columns gives each column's micro-batches to ranks,
+ *  costliest to the rank with the least total so far (DP balance for free:
+ *  any permutation inside a column leaves the step cost unchanged).
  *
- * When nothing fits, M grows by one group and packing starts again.
- * Costs: O(n log n) for the sort and O(n log n) per packing try, plus the
- * bounded refinement. */
+ * Costs: one O(n) radix sort (pipeline), O(n log dp) per packing try, and
+ * bounded refinement per column. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "pk_internal.h"
 
 /* Candidate columns or micro-batches tried for one tier or item. */
-#define PK_AUTO_TRIES 64
+#define PK_AUTO_TRIES 16
 
 /* A max segment tree over room left, to find the first column or
  * micro-batch with at least a given room in O(log size). */
@@ -751,9 +754,13 @@ static void move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t 
  * micro-batch and move one item to, or swap one pair with, one of the
  * cheapest micro-batches of the column when that lowers the column's
  * maximum and keeps both under the cap. Moves are skipped with equal_count
- * (they change counts); swaps keep counts. Bounded work per column. */
-#define PK_REFINE_PARTNERS 2
-#define PK_REFINE_SCAN 16
+ * (they change counts); swaps keep counts. Bounded work per column: with
+ * one or two columns (DP balancing alone, as verl's balance_batch asks) the
+ * search is wider and runs until the column is level within 1e-6; with many
+ * columns it is narrower and stops within 5e-4 of the column's mean (a
+ * column's share of the step cost is small, and time grows with m). */
+#define PK_REFINE_PARTNERS 4
+#define PK_REFINE_SCAN 48
 static int refine_columns(auto_state_t *s) {
   const pk_ctx_t *ctx = s->ctx;
   const pk_cfg_t *cfg = ctx->cfg;
@@ -776,18 +783,21 @@ static int refine_columns(auto_state_t *s) {
     next[k] = head[s->item_bin[k]];
     head[s->item_bin[k]] = k;
   }
+  bool wide = m <= 2;
+  uint32_t partners = wide ? PK_REFINE_PARTNERS : 2, scan = wide ? PK_REFINE_SCAN : 16;
+  uint32_t iters = (wide ? 4 : 2) * dp;
+  double tol = wide ? 1e-6 : 5e-4;
   for (uint32_t c = 0; c < m; c++) {
     uint32_t base = c * dp;
     double col_total = 0;
     for (uint32_t q = 0; q < dp; q++)
       col_total += s->bins[base + q].cost;
-    for (uint32_t iter = 0; iter < 2 * dp; iter++) {
+    for (uint32_t iter = 0; iter < iters; iter++) {
       uint32_t x = base;
       for (uint32_t q = 1; q < dp; q++)
         if (s->bins[base + q].cost > s->bins[x].cost)
           x = base + q;
-      /* Level within 0.05 % of the column's mean: nothing left to gain. */
-      if (s->bins[x].cost <= col_total / dp * (1 + 5e-4))
+      if (s->bins[x].cost <= col_total / dp * (1 + tol))
         break;
       /* The cheapest few micro-batches of the column. */
       uint32_t part[PK_REFINE_PARTNERS];
@@ -796,8 +806,8 @@ static int refine_columns(auto_state_t *s) {
         uint32_t y = base + q;
         if (y == x)
           continue;
-        uint32_t at = np < PK_REFINE_PARTNERS ? np++ : PK_REFINE_PARTNERS;
-        if (at == PK_REFINE_PARTNERS) {
+        uint32_t at = np < partners ? np++ : partners;
+        if (at == partners) {
           if (s->bins[y].cost >= s->bins[part[np - 1]].cost)
             continue;
           at = np - 1;
@@ -817,10 +827,10 @@ static int refine_columns(auto_state_t *s) {
         double gap = cx - cy;
         if (gap <= cx * 1e-9)
           continue;
-        /* Bounded work: at most PK_REFINE_SCAN items of each side are looked
+        /* Bounded work: at most `scan` items of each side are looked
          * at (micro-batches with many items are level already). */
         uint32_t na = 0;
-        for (uint32_t a = head[x]; a != UINT32_MAX && na < PK_REFINE_SCAN; a = next[a], na++) {
+        for (uint32_t a = head[x]; a != UINT32_MAX && na < scan; a = next[a], na++) {
           double ca = ctx->cost[a];
           if (!cfg->equal_count && ca < gap && s->bins[y].count < cfg->max_seqs &&
               s->bins[x].count > 1) {
@@ -833,7 +843,7 @@ static int refine_columns(auto_state_t *s) {
             }
           }
           uint32_t nb = 0;
-          for (uint32_t b = head[y]; b != UINT32_MAX && nb < PK_REFINE_SCAN; b = next[b], nb++) {
+          for (uint32_t b = head[y]; b != UINT32_MAX && nb < scan; b = next[b], nb++) {
             double d = ca - ctx->cost[b];
             if (d <= 0 || d >= gap)
               continue;
