@@ -289,6 +289,10 @@ static int pack_levels(auto_state_t *s, const uint32_t *order) {
     }
     tree_set(&s->cols, c, ct.room[(size_t)c * 2 * ct.leaves + 1]);
   }
+  double left_cost = 0;
+  uint32_t opened = 0;
+  for (uint32_t k = 0; k < n; k++)
+    left_cost += ctx->cost[k];
   for (uint32_t j = 0; j < n; j++) {
     uint32_t k = order[j];
     uint64_t need = ctx->size[k] + 1;
@@ -334,7 +338,17 @@ static int pack_levels(auto_state_t *s, const uint32_t *order) {
     uint32_t c = bin / dp;
     pk_bin_add(ctx, &s->bins[bin], k);
     s->item_bin[k] = bin;
+    if (level[c] == 0 && opened < m) {
+      /* A column opens: its level is its head's cost, or the mean level
+       * the columns not yet open would need for the cost not yet placed,
+       * whichever is larger (so that early columns take their share when
+       * the batch is cost-heavy, not only their head's). */
+      double share = left_cost / ((double)(m - opened) * dp);
+      level[c] = PK_MAX(ck, share);
+      opened++;
+    }
     level[c] = PK_MAX(level[c], s->bins[bin].cost);
+    left_cost -= ck;
     col_set(&ct, c, bin % dp, s->bins[bin].cost, room1(s, bin));
     tree_set(&s->bins_rt, bin, room1(s, bin));
     col_room[c] -= PK_MIN(col_room[c], ctx->size[k]);
@@ -972,6 +986,45 @@ static int refine_padded(auto_state_t *s) {
   return 0;
 }
 
+/* The step cost of the state: the sum over columns of the costliest
+ * micro-batch (PACKED costs). */
+static double state_step(const auto_state_t *s) {
+  double step = 0;
+  for (uint32_t c = 0; c < s->m; c++) {
+    double mx = 0;
+    for (uint32_t q = 0; q < s->dp; q++)
+      mx = PK_MAX(mx, s->bins[(size_t)c * s->dp + q].cost);
+    step += mx;
+  }
+  return step;
+}
+
+/* PACKED without equal_count: the level packing and the tier packing both
+ * have batches they do best (few columns with large heads; many columns of
+ * like items), so both run and the lower step cost is kept. saved_* hold
+ * m x dp micro-batches and n items. */
+static int pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
+                     uint32_t *saved_item_bin) {
+  size_t nbins = (size_t)s->m * s->dp, n = s->ctx->n;
+  int levels = pack_levels(s, order);
+  if (levels != 0 && levels != PK_EPRECOND)
+    return levels;
+  double levels_step = 0;
+  if (levels == 0) {
+    levels_step = state_step(s);
+    memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
+    memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
+  }
+  int tiers = try_pack(s, order);
+  if (tiers != 0 && tiers != PK_EPRECOND)
+    return tiers;
+  if (levels == 0 && (tiers != 0 || levels_step < state_step(s))) {
+    memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
+    memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
+  }
+  return levels == 0 || tiers == 0 ? 0 : PK_EPRECOND;
+}
+
 /* Deals the micro-batches of every column to ranks (step 4 above) and writes
  * the assignment. */
 static int deal_columns(auto_state_t *s, pk_assign_t *out) {
@@ -1060,6 +1113,8 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
   uint32_t max_m = n / dp;
   uint32_t m = pk_micro_lower_bound(ctx);
   auto_state_t s = {.ctx = ctx, .dp = dp};
+  pk_bin_t *saved_bins = NULL;
+  uint32_t *saved_item_bin = NULL;
   int rc = 0;
   uint32_t *order = pk_malloc_array(n, sizeof *order);
   s.bins = pk_malloc_array((size_t)max_m * dp, sizeof *s.bins);
@@ -1070,6 +1125,12 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
   if (order == NULL || s.bins == NULL || s.col_foot == NULL || s.slots == NULL || s.tmp == NULL ||
       s.item_bin == NULL || tree_init(&s.cols, max_m) != 0 || tree_init(&s.col_room, max_m) != 0 ||
       tree_init(&s.bins_rt, max_m * dp) != 0) {
+    rc = pk_fail(err, errlen, PK_ENOMEM, "%u sequences: out of memory", n);
+    goto done;
+  }
+  saved_bins = pk_malloc_array((size_t)max_m * dp, sizeof *saved_bins);
+  saved_item_bin = pk_malloc_array(n, sizeof *saved_item_bin);
+  if (saved_bins == NULL || saved_item_bin == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "%u sequences: out of memory", n);
     goto done;
   }
@@ -1130,17 +1191,18 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       rc = try_pack(&s, order);
     } else if ((double)total_size > 0.99 * (double)m * dp * (double)cfg->cap) {
       /* Nearly full: first fit decreasing, the tightest packer here, goes
-       * first; when it fails the level packing (less tight) is not tried at
-       * this count. When it fits, the level packing is tried and kept if it
-       * fits too (better columns); else first fit is packed again. */
+       * first; when it fails the column packings (less tight) are not
+       * tried at this count. When it fits, they are tried and the better is
+       * kept if one fits too (better columns); else first fit is packed
+       * again. */
       rc = pack_bins_first(&s, order);
       if (rc == 0) {
-        rc = pack_levels(&s, order);
+        rc = pack_best(&s, order, saved_bins, saved_item_bin);
         if (rc == PK_EPRECOND)
           rc = pack_bins_first(&s, order);
       }
     } else {
-      rc = pack_levels(&s, order);
+      rc = pack_best(&s, order, saved_bins, saved_item_bin);
       if (rc == PK_EPRECOND)
         rc = pack_bins_first(&s, order);
     }
@@ -1159,6 +1221,8 @@ deal:
   if (rc != 0)
     pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
 done:
+  free(saved_bins);
+  free(saved_item_bin);
   free(order);
   free(s.bins);
   free(s.col_foot);
