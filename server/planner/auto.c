@@ -376,6 +376,11 @@ done:
  * the fullest multi-item ones; then the micro-batches, sorted by cost, are
  * dealt in tiers of dp (tier j is column j), so the micro-batches of a
  * column cost nearly the same. */
+static bool bin_costlier(const void *arg, uint32_t x, uint32_t y) {
+  const pk_bin_t *bins = arg;
+  return bins[x].cost > bins[y].cost;
+}
+
 static int pack_bins_first(auto_state_t *s, const uint32_t *order) {
   const pk_ctx_t *ctx = s->ctx;
   uint32_t dp = s->dp, m = s->m, n = ctx->n, nbins = m * dp;
@@ -432,19 +437,7 @@ static int pack_bins_first(auto_state_t *s, const uint32_t *order) {
   /* Micro-batches by cost, descending (stable merge sort). */
   for (uint32_t i = 0; i < nbins; i++)
     perm[i] = i;
-  for (uint32_t w = 1; w < nbins; w *= 2) {
-    for (uint32_t lo = 0; lo < nbins; lo += 2 * w) {
-      uint32_t mid = PK_MIN(lo + w, nbins), hi = PK_MIN(lo + 2 * w, nbins);
-      uint32_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi)
-        tmp[k++] = s->bins[perm[j]].cost > s->bins[perm[i]].cost ? perm[j++] : perm[i++];
-      while (i < mid)
-        tmp[k++] = perm[i++];
-      while (j < hi)
-        tmp[k++] = perm[j++];
-    }
-    memcpy(perm, tmp, (size_t)nbins * sizeof *perm);
-  }
+  pk_merge_sort_u32(perm, tmp, nbins, bin_costlier, s->bins);
   /* tmp: old bin -> new bin. */
   for (uint32_t q = 0; q < nbins; q++) {
     tmp[perm[q]] = q;
@@ -638,6 +631,11 @@ static uint32_t count_groups(const pk_ctx_t *ctx, const uint32_t *order, double 
   return g;
 }
 
+static bool group_costlier(const void *arg, uint32_t x, uint32_t y) {
+  const padded_group_t *grp = arg;
+  return grp[x].cost > grp[y].cost;
+}
+
 static int pack_padded_groups(auto_state_t *s, const uint32_t *order, uint32_t m) {
   const pk_ctx_t *ctx = s->ctx;
   uint32_t dp = s->dp, target = m * dp;
@@ -687,19 +685,7 @@ static int pack_padded_groups(auto_state_t *s, const uint32_t *order, uint32_t m
   /* Groups by cost, descending (stable merge sort), then tier j -> column j. */
   for (uint32_t q = 0; q < g; q++)
     gi[q] = q;
-  for (uint32_t w = 1; w < g; w *= 2) {
-    for (uint32_t a = 0; a < g; a += 2 * w) {
-      uint32_t mid = PK_MIN(a + w, g), end = PK_MIN(a + 2 * w, g);
-      uint32_t i = a, j = mid, k = a;
-      while (i < mid && j < end)
-        gtmp[k++] = grp[gi[j]].cost > grp[gi[i]].cost ? gi[j++] : gi[i++];
-      while (i < mid)
-        gtmp[k++] = gi[i++];
-      while (j < end)
-        gtmp[k++] = gi[j++];
-    }
-    memcpy(gi, gtmp, (size_t)g * sizeof *gi);
-  }
+  pk_merge_sort_u32(gi, gtmp, g, group_costlier, grp);
   s->m = m;
   memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
   for (uint32_t q = 0; q < g; q++) {
@@ -1025,6 +1011,17 @@ static int pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bin
   return levels == 0 || tiers == 0 ? 0 : PK_EPRECOND;
 }
 
+/* Comparators over a double array indexed by the sorted values. */
+static bool value_greater(const void *arg, uint32_t x, uint32_t y) {
+  const double *v = arg;
+  return v[x] > v[y];
+}
+
+static bool value_less(const void *arg, uint32_t x, uint32_t y) {
+  const double *v = arg;
+  return v[x] < v[y];
+}
+
 /* Deals the micro-batches of every column to ranks (step 4 above) and writes
  * the assignment. */
 static int deal_columns(auto_state_t *s, pk_assign_t *out) {
@@ -1048,19 +1045,7 @@ static int deal_columns(auto_state_t *s, pk_assign_t *out) {
       col_max[c] = PK_MAX(col_max[c], s->bins[(size_t)c * dp + q].cost);
   }
   /* Columns by their maximum, descending (merge sort, stable). */
-  for (uint32_t w = 1; w < m; w *= 2) {
-    for (uint32_t lo = 0; lo < m; lo += 2 * w) {
-      uint32_t mid = PK_MIN(lo + w, m), hi = PK_MIN(lo + 2 * w, m);
-      uint32_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi)
-        ctmp[k++] = col_max[cols[j]] > col_max[cols[i]] ? cols[j++] : cols[i++];
-      while (i < mid)
-        ctmp[k++] = cols[i++];
-      while (j < hi)
-        ctmp[k++] = cols[j++];
-    }
-    memcpy(cols, ctmp, (size_t)m * sizeof *cols);
-  }
+  pk_merge_sort_u32(cols, ctmp, m, value_greater, col_max);
   for (uint32_t ci = 0; ci < m; ci++) {
     uint32_t c = cols[ci];
     uint32_t base = c * dp;
@@ -1070,19 +1055,7 @@ static int deal_columns(auto_state_t *s, pk_assign_t *out) {
     /* Ranks by total cost ascending (insertion into a merge-sorted list). */
     for (uint32_t r = 0; r < dp; r++)
       ranks[r] = r;
-    for (uint32_t w = 1; w < dp; w *= 2) {
-      for (uint32_t lo = 0; lo < dp; lo += 2 * w) {
-        uint32_t mid = PK_MIN(lo + w, dp), hi = PK_MIN(lo + 2 * w, dp);
-        uint32_t i = lo, j = mid, k = lo;
-        while (i < mid && j < hi)
-          s->tmp[k++] = rank_cost[ranks[j]] < rank_cost[ranks[i]] ? ranks[j++] : ranks[i++];
-        while (i < mid)
-          s->tmp[k++] = ranks[i++];
-        while (j < hi)
-          s->tmp[k++] = ranks[j++];
-      }
-      memcpy(ranks, s->tmp, (size_t)dp * sizeof *ranks);
-    }
+    pk_merge_sort_u32(ranks, s->tmp, dp, value_less, rank_cost);
     for (uint32_t i = 0; i < dp; i++) {
       uint32_t slot = s->slots[dp - 1 - i];
       slot_rank[base + slot] = ranks[i];
@@ -1252,19 +1225,7 @@ int pk_auto_dp(const pk_ctx_t *ctx, uint32_t *rank) {
   for (uint32_t t = 0; t < n; t += dp) {
     for (uint32_t r = 0; r < dp; r++)
       ranks[r] = r;
-    for (uint32_t w = 1; w < dp; w *= 2) {
-      for (uint32_t lo = 0; lo < dp; lo += 2 * w) {
-        uint32_t mid = PK_MIN(lo + w, dp), hi = PK_MIN(lo + 2 * w, dp);
-        uint32_t i = lo, j = mid, k = lo;
-        while (i < mid && j < hi)
-          tmp[k++] = total[ranks[j]] < total[ranks[i]] ? ranks[j++] : ranks[i++];
-        while (i < mid)
-          tmp[k++] = ranks[i++];
-        while (j < hi)
-          tmp[k++] = ranks[j++];
-      }
-      memcpy(ranks, tmp, (size_t)dp * sizeof *ranks);
-    }
+    pk_merge_sort_u32(ranks, tmp, dp, value_less, total);
     for (uint32_t i = 0; i < dp && t + i < n; i++) {
       uint32_t k = order[t + i];
       rank[k] = ranks[i];

@@ -189,6 +189,13 @@ void pk_sort_by_cost_desc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n);
 /* Sorts item numbers by size ascending, ties by item number (stable). */
 void pk_sort_by_size_asc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n);
 
+/* A stable bottom-up merge sort of n values (tmp: n scratch entries):
+ * before(arg, x, y) is true when x must come before y; equal values keep
+ * their order, so results never depend on a library sort. */
+typedef bool (*pk_before_fn)(const void *arg, uint32_t x, uint32_t y);
+void pk_merge_sort_u32(uint32_t *a, uint32_t *tmp, uint32_t n, pk_before_fn before,
+                       const void *arg);
+
 /* A deterministic pseudo-random generator (splitmix64) for shuffles. */
 typedef struct pk_rng {
   uint64_t state;

@@ -202,6 +202,23 @@ void pk_sort_by_size_asc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n) {
   sort_items(ctx, items, n, cmp_size_asc);
 }
 
+void pk_merge_sort_u32(uint32_t *a, uint32_t *tmp, uint32_t n, pk_before_fn before,
+                       const void *arg) {
+  for (uint32_t w = 1; w < n; w *= 2) {
+    for (uint32_t lo = 0; lo < n; lo += 2 * w) {
+      uint32_t mid = PK_MIN(lo + w, n), hi = PK_MIN(lo + 2 * w, n);
+      uint32_t i = lo, j = mid, k = lo;
+      while (i < mid && j < hi)
+        tmp[k++] = before(arg, a[j], a[i]) ? a[j++] : a[i++];
+      while (i < mid)
+        tmp[k++] = a[i++];
+      while (j < hi)
+        tmp[k++] = a[j++];
+    }
+    memcpy(a, tmp, (size_t)n * sizeof *a);
+  }
+}
+
 uint64_t pk_rng_next(pk_rng_t *rng) {
   uint64_t z = (rng->state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
