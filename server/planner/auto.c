@@ -93,7 +93,8 @@ typedef struct auto_state {
   uint32_t *slots;      /* dp scratch. */
   uint32_t *tmp;        /* dp scratch. */
   uint32_t *item_bin;   /* n */
-  room_tree_t cols;     /* Room of the fullest micro-batch of each column. */
+  room_tree_t cols;     /* Per column: room of its fullest micro-batch (tiers)
+                         * or of its roomiest one plus one (level packing). */
   room_tree_t bins_rt;  /* Room of each micro-batch (phase 3). */
   room_tree_t col_room; /* Token room left per column (level packing). */
 } auto_state_t;
@@ -123,24 +124,22 @@ static bool slot_less(const auto_state_t *s, uint32_t base, uint32_t a, uint32_t
   return a < b;
 }
 
+typedef struct slot_order {
+  const auto_state_t *s;
+  uint32_t base;
+  bool by_foot;
+} slot_order_t;
+
+static bool slot_before(const void *arg, uint32_t a, uint32_t b) {
+  const slot_order_t *o = arg;
+  return slot_less(o->s, o->base, a, b, o->by_foot);
+}
+
 static void sort_slots(auto_state_t *s, uint32_t base, bool by_foot) {
-  uint32_t dp = s->dp;
-  uint32_t *a = s->slots, *t = s->tmp;
-  for (uint32_t i = 0; i < dp; i++)
-    a[i] = i;
-  for (uint32_t w = 1; w < dp; w *= 2) {
-    for (uint32_t lo = 0; lo < dp; lo += 2 * w) {
-      uint32_t mid = PK_MIN(lo + w, dp), hi = PK_MIN(lo + 2 * w, dp);
-      uint32_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi)
-        t[k++] = slot_less(s, base, a[j], a[i], by_foot) ? a[j++] : a[i++];
-      while (i < mid)
-        t[k++] = a[i++];
-      while (j < hi)
-        t[k++] = a[j++];
-    }
-    memcpy(a, t, (size_t)dp * sizeof *a);
-  }
+  for (uint32_t i = 0; i < s->dp; i++)
+    s->slots[i] = i;
+  slot_order_t o = {s, base, by_foot};
+  pk_merge_sort_u32(s->slots, s->tmp, s->dp, slot_before, &o);
 }
 
 /* Places a whole tier (dp items, costliest first) into column c, or returns
@@ -390,17 +389,17 @@ static int pack_bins_first(auto_state_t *s, const uint32_t *order) {
     return rc;
   uint32_t *perm = pk_malloc_array(nbins, sizeof *perm);
   uint32_t *tmp = pk_malloc_array(nbins, sizeof *tmp);
-  uint32_t *smallest = pk_malloc_array(nbins, sizeof *smallest);
+  uint32_t *head = pk_malloc_array(nbins, sizeof *head);
   pk_bin_t *moved = pk_malloc_array(nbins, sizeof *moved);
-  if (perm == NULL || tmp == NULL || smallest == NULL || moved == NULL) {
+  if (perm == NULL || tmp == NULL || head == NULL || moved == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
   /* Empty micro-batches: each takes the smallest item of a micro-batch
    * with two or more. Per micro-batch a stack of its items, smallest on
    * top (order is size-descending, so the last pushed is the smallest). */
-  uint32_t *head = smallest, *next = NULL;
-  if ((next = pk_malloc_array(n, sizeof *next)) == NULL) {
+  uint32_t *next = pk_malloc_array(n, sizeof *next);
+  if (next == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -449,7 +448,7 @@ static int pack_bins_first(auto_state_t *s, const uint32_t *order) {
 done:
   free(perm);
   free(tmp);
-  free(smallest);
+  free(head);
   free(moved);
   return rc;
 }

@@ -41,6 +41,11 @@ void pk_build_cleanup(pk_build_t *b) {
   memset(b, 0, sizeof *b);
 }
 
+static bool key_greater(const void *arg, uint32_t x, uint32_t y) {
+  const double *keys = arg;
+  return keys[x] > keys[y];
+}
+
 /* Sorts keys[0..m) descending into perm (stable on ties), then applies the
  * requested order. perm[new position] = old position. */
 static void order_perm(uint32_t order, const double *keys, uint32_t m, uint32_t *perm,
@@ -49,20 +54,7 @@ static void order_perm(uint32_t order, const double *keys, uint32_t m, uint32_t 
     perm[j] = j;
   if (order == PK_ORDER_ORIGINAL)
     return;
-  /* Insertion sort for short lists, merge sort otherwise. */
-  for (uint32_t w = 1; w < m; w *= 2) {
-    for (uint32_t lo = 0; lo < m; lo += 2 * w) {
-      uint32_t mid = PK_MIN(lo + w, m), hi = PK_MIN(lo + 2 * w, m);
-      uint32_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi)
-        tmp[k++] = keys[perm[j]] > keys[perm[i]] ? perm[j++] : perm[i++];
-      while (i < mid)
-        tmp[k++] = perm[i++];
-      while (j < hi)
-        tmp[k++] = perm[j++];
-    }
-    memcpy(perm, tmp, (size_t)m * sizeof *perm);
-  }
+  pk_merge_sort_u32(perm, tmp, m, key_greater, keys);
   if (order == PK_ORDER_HEAVY_MIDDLE) {
     /* Heaviest in the middle: the even positions of the descending list in
      * reverse, then the odd positions. */
@@ -145,7 +137,6 @@ int pk_build_add_mini_batch(pk_build_t *b, const pk_ctx_t *ctx, const pk_assign_
     rc = PK_ENOMEM;
     goto done;
   }
-  double total = 0, biggest = 0;
   for (size_t i = 0; i < nbins; i++) {
     uint32_t s = i == 0 ? 0 : cnt[i - 1], e = cnt[i];
     double c = 0;
@@ -153,12 +144,9 @@ int pk_build_add_mini_batch(pk_build_t *b, const pk_ctx_t *ctx, const pk_assign_
     for (uint32_t q = s; q < e; q++) {
       uint32_t k = seqs[q];
       c += ctx->cost[k];
-      if (ctx->cost[k] > biggest)
-        biggest = ctx->cost[k];
       if (ctx->size[k] > w)
         w = ctx->size[k];
     }
-    total += c;
     if (cfg->mode == PK_MODE_PADDED) {
       c = (double)(e - s) * pk_slot_cost(cfg, w);
       bin_width[i] = (uint32_t)w;
@@ -168,9 +156,8 @@ int pk_build_add_mini_batch(pk_build_t *b, const pk_ctx_t *ctx, const pk_assign_
     bin_cost[i] = c;
   }
   /* Step-cost lower bound for plans with m micro-batches per rank
-   * (bounds.c); never below the mean rank load and the costliest item. */
-  double mean = total / dp;
-  b->step_lb += PK_MAX(pk_step_lower_bound(ctx, m), PK_MAX(mean, biggest));
+   * (bounds.c; it includes the mean rank load and the costliest item). */
+  b->step_lb += pk_step_lower_bound(ctx, m);
 
   size_t off = b->nrecs;
   for (uint32_t r = 0; r < dp; r++) {

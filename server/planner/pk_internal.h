@@ -186,8 +186,6 @@ int pk_fail(char *err, size_t errlen, int code, const char *fmt, ...)
 /* Sorts item numbers by cost descending, ties by size descending, then by
  * item number ascending (a total order: results are deterministic). */
 void pk_sort_by_cost_desc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n);
-/* Sorts item numbers by size ascending, ties by item number (stable). */
-void pk_sort_by_size_asc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n);
 
 /* A stable bottom-up merge sort of n values (tmp: n scratch entries):
  * before(arg, x, y) is true when x must come before y; equal values keep

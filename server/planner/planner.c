@@ -14,6 +14,16 @@ static uint64_t now_us(void) {
   return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
+static bool group_less(const void *arg, uint32_t x, uint32_t y) {
+  const uint64_t *groups = arg;
+  return groups[x] < groups[y];
+}
+
+static bool first_less(const void *arg, uint32_t x, uint32_t y) {
+  const uint32_t *first = arg;
+  return first[x] < first[y];
+}
+
 /* Splits the (optionally shuffled) sequence order into mini-batches: order[]
  * holds sequence indices grouped by mini-batch, start[b]..start[b+1]. With
  * keep_groups whole groups move together. */
@@ -52,21 +62,8 @@ static int split_mini_batches(const pk_request_t *req, const pk_cfg_t *cfg, uint
   }
   for (uint32_t i = 0; i < n; i++)
     by_group[i] = i;
-  /* Bottom-up merge sort by (group, index): stable, deterministic. */
-  for (uint32_t w = 1; w < n; w *= 2) {
-    for (uint32_t lo = 0; lo < n; lo += 2 * w) {
-      uint32_t mid = PK_MIN(lo + w, n), hi = PK_MIN(lo + 2 * w, n);
-      uint32_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi)
-        tmp[k++] =
-            req->groups[by_group[j]] < req->groups[by_group[i]] ? by_group[j++] : by_group[i++];
-      while (i < mid)
-        tmp[k++] = by_group[i++];
-      while (j < hi)
-        tmp[k++] = by_group[j++];
-    }
-    memcpy(by_group, tmp, (size_t)n * sizeof *tmp);
-  }
+  /* Stable merge sort by (group, index): deterministic. */
+  pk_merge_sort_u32(by_group, tmp, n, group_less, req->groups);
   uint32_t ng = 0;
   for (uint32_t i = 0; i < n; i++) {
     if (i == 0 || req->groups[by_group[i]] != req->groups[by_group[i - 1]]) {
@@ -84,19 +81,7 @@ static int split_mini_batches(const pk_request_t *req, const pk_cfg_t *cfg, uint
   /* Groups in order of their first member. */
   for (uint32_t g = 0; g < ng; g++)
     gorder[g] = g;
-  for (uint32_t w = 1; w < ng; w *= 2) {
-    for (uint32_t lo = 0; lo < ng; lo += 2 * w) {
-      uint32_t mid = PK_MIN(lo + w, ng), hi = PK_MIN(lo + 2 * w, ng);
-      uint32_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi)
-        tmp[k++] = gfirst[gorder[j]] < gfirst[gorder[i]] ? gorder[j++] : gorder[i++];
-      while (i < mid)
-        tmp[k++] = gorder[i++];
-      while (j < hi)
-        tmp[k++] = gorder[j++];
-    }
-    memcpy(gorder, tmp, (size_t)ng * sizeof *tmp);
-  }
+  pk_merge_sort_u32(gorder, tmp, ng, first_less, gfirst);
   if (cfg->shuffle)
     for (uint32_t i = ng - 1; i > 0; i--) {
       uint32_t j = (uint32_t)pk_rng_below(&rng, (uint64_t)i + 1);

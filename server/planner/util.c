@@ -117,12 +117,6 @@ static int cmp_cost_desc(const pk_ctx_t *ctx, uint32_t a, uint32_t b) {
   return a < b ? -1 : (a > b);
 }
 
-static int cmp_size_asc(const pk_ctx_t *ctx, uint32_t a, uint32_t b) {
-  if (ctx->size[a] != ctx->size[b])
-    return ctx->size[a] < ctx->size[b] ? -1 : 1;
-  return a < b ? -1 : (a > b);
-}
-
 static void sort_items(const pk_ctx_t *ctx, uint32_t *items, uint32_t n, pk_cmp_fn cmp) {
   uint32_t *tmp = pk_malloc_array(n, sizeof *tmp);
   if (tmp == NULL) {
@@ -196,10 +190,6 @@ void pk_sort_by_cost_desc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n) {
   free(tmp);
   free(count);
   free(present);
-}
-
-void pk_sort_by_size_asc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n) {
-  sort_items(ctx, items, n, cmp_size_asc);
 }
 
 void pk_merge_sort_u32(uint32_t *a, uint32_t *tmp, uint32_t n, pk_before_fn before,
