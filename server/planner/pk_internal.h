@@ -106,8 +106,8 @@ typedef struct pk_assign {
 } pk_assign_t;
 
 /* Partitions the mini-batch into ranks and micro-batches with the AUTO
- * algorithm (auto.c). Arrays of `out` are caller-allocated with n entries.
- * Returns 0, PK_EPRECOND (with a message) or PK_ENOMEM. */
+ * algorithm (auto.c; its packers are in auto_packed.c and auto_padded.c). Arrays of `out` are
+ * caller-allocated with n entries. Returns 0, PK_EPRECOND (with a message) or PK_ENOMEM. */
 int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
 
 /* DP balancing by a compatibility algorithm (compat_dp.c): writes rank[k] for

@@ -1,0 +1,69 @@
+/* Internal interfaces of AUTO, shared by auto.c (state, helpers, the
+ * driver and the deal to ranks), auto_packed.c (PACKED packings and their
+ * refinement) and auto_padded.c (PADDED packings and their refinement).
+ * Not part of the planner's API. Packers return 0, PK_EPRECOND (does not
+ * fit: the driver tries another packer or one more group of columns) or
+ * PK_ENOMEM. */
+#ifndef PK_AUTO_INTERNAL_H
+#define PK_AUTO_INTERNAL_H
+
+#include "pk_internal.h"
+
+/* Candidate columns or micro-batches tried for one tier or item. */
+#define PK_AUTO_TRIES 16
+
+/* A max segment tree over room left, to find the first column or
+ * micro-batch with at least a given room in O(log size). */
+typedef struct room_tree {
+  uint32_t leaves; /* A power of two >= size. */
+  uint64_t *t;     /* 2 * leaves; t[leaves + i] is the room of entry i. */
+} room_tree_t;
+
+typedef struct auto_state {
+  const pk_ctx_t *ctx;
+  uint32_t dp, m;
+  pk_bin_t *bins;       /* m * dp, bin = column * dp + slot. */
+  uint64_t *col_foot;   /* Largest micro-batch footprint of the column. */
+  uint32_t *slots;      /* dp scratch. */
+  uint32_t *tmp;        /* dp scratch. */
+  uint32_t *item_bin;   /* n */
+  room_tree_t cols;     /* Per column: room of its fullest micro-batch (tiers)
+                         * or of its roomiest one plus one (level packing). */
+  room_tree_t bins_rt;  /* Room of each micro-batch (phase 3). */
+  room_tree_t col_room; /* Token room left per column (level packing). */
+} auto_state_t;
+
+/* Room trees (auto.c). */
+int pk_tree_init(room_tree_t *rt, uint32_t size);
+void pk_tree_set(room_tree_t *rt, uint32_t i, uint64_t room);
+/* The first entry at or after `from` with room >= need, or UINT32_MAX. */
+uint32_t pk_tree_find(const room_tree_t *rt, uint32_t from, uint64_t need);
+
+/* Shared helpers (auto.c). */
+/* The room micro-batch i has left (0 when it holds max_seqs items). */
+uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i);
+/* The dp micro-batches of the column at base into s->slots, by cost
+ * ascending (or footprint first when by_foot). */
+void pk_auto_sort_slots(auto_state_t *s, uint32_t base, bool by_foot);
+/* A whole tier (dp items, costliest first) into column c, or false. */
+bool pk_auto_place_tier(auto_state_t *s, uint32_t c, const uint32_t *items);
+/* Items one by one to the first micro-batch with room. */
+int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count);
+/* Moves item k to micro-batch `to`, keeping the per-bin lists head/next. */
+void pk_auto_move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t k, uint32_t to);
+
+/* PACKED (auto_packed.c). saved_* hold s->m x dp micro-batches and n items. */
+int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order);
+int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order);
+int pk_auto_pack_tiers(auto_state_t *s, const uint32_t *order);
+int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
+                      uint32_t *saved_item_bin);
+int pk_auto_refine_columns(auto_state_t *s);
+
+/* PADDED (auto_padded.c). */
+int pk_auto_pack_padded_groups(auto_state_t *s, const uint32_t *order, uint32_t m);
+int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
+                              uint32_t *m_out);
+int pk_auto_refine_padded(auto_state_t *s);
+
+#endif

@@ -1,0 +1,486 @@
+/* AUTO's PACKED packings: the level packing, first fit with tiers of
+ * micro-batches, the tier packing (equal counts), the choice between them
+ * and the in-column refinement (see the comment at the top of auto.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "auto_internal.h"
+
+/* Per-column trees over the dp micro-batches: the cheapest one and the one
+ * with the most room, each in O(log dp) per update. */
+typedef struct col_trees {
+  uint32_t leaves;   /* A power of two >= dp. */
+  double *cost;      /* m * 2 * leaves: min cost of the subtree. */
+  uint32_t *cost_at; /* The slot holding it. */
+  uint64_t *room;    /* Max room + 1 of the subtree (0: full). */
+  uint32_t *room_at;
+} col_trees_t;
+
+static void col_set(col_trees_t *ct, uint32_t c, uint32_t slot, double cost, uint64_t room) {
+  size_t base = (size_t)c * 2 * ct->leaves;
+  uint32_t p = ct->leaves + slot;
+  ct->cost[base + p] = cost;
+  ct->cost_at[base + p] = slot;
+  ct->room[base + p] = room;
+  ct->room_at[base + p] = slot;
+  for (p /= 2; p >= 1; p /= 2) {
+    size_t l = base + 2 * p, r = l + 1;
+    bool left_cost = ct->cost[l] <= ct->cost[r];
+    ct->cost[base + p] = left_cost ? ct->cost[l] : ct->cost[r];
+    ct->cost_at[base + p] = left_cost ? ct->cost_at[l] : ct->cost_at[r];
+    bool left_room = ct->room[l] >= ct->room[r];
+    ct->room[base + p] = left_room ? ct->room[l] : ct->room[r];
+    ct->room_at[base + p] = left_room ? ct->room_at[l] : ct->room_at[r];
+  }
+}
+
+/* The room of micro-batch i plus one, so that a zero-size item needs 1:
+ * 0 when it holds max_seqs items. */
+static uint64_t room1(const auto_state_t *s, uint32_t i) {
+  const pk_bin_t *b = &s->bins[i];
+  const pk_cfg_t *cfg = s->ctx->cfg;
+  if (b->count >= cfg->max_seqs)
+    return 0;
+  if (b->sum >= cfg->cap)
+    return 1;
+  uint64_t room = cfg->cap - b->sum;
+  return room == UINT64_MAX ? room : room + 1;
+}
+
+/* PACKED, without equal_count: column levels set by their largest items.
+ * Items, largest first, go to the first column where they fit under the
+ * cap without raising the column's level (its costliest micro-batch; an
+ * empty column takes any item and the item sets its level): the cheapest
+ * micro-batch of the column, else the one with the most room. So the
+ * largest items fill the first columns as far as the cap and their level
+ * allow, which is the shape of the step bound (bounds.c), and the level of
+ * every later column is set by a smaller head. An item that fits under no
+ * level goes to the column with the most token room left in total (its
+ * micro-batches can all grow, so its level rises evenly rather than one
+ * roomy micro-batch rising alone), to its cheapest micro-batch with room;
+ * else to the first micro-batch with room. When it fits nowhere, or a
+ * micro-batch stays empty, this try fails (the caller falls back to
+ * pk_auto_pack_bins_first). */
+int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n;
+  col_trees_t ct = {.leaves = 1};
+  while (ct.leaves < dp)
+    ct.leaves *= 2;
+  size_t tn = (size_t)m * 2 * ct.leaves;
+  ct.cost = pk_malloc_array(tn, sizeof *ct.cost);
+  ct.cost_at = pk_malloc_array(tn, sizeof *ct.cost_at);
+  ct.room = pk_calloc(tn, sizeof *ct.room);
+  ct.room_at = pk_calloc(tn, sizeof *ct.room_at);
+  double *level = pk_calloc(m, sizeof *level);
+  uint64_t *col_room = pk_malloc_array(m, sizeof *col_room);
+  uint64_t cfg_cap = ctx->cfg->cap;
+  int rc = 0;
+  if (ct.cost == NULL || ct.cost_at == NULL || ct.room == NULL || ct.room_at == NULL ||
+      level == NULL || col_room == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
+  memset(s->cols.t, 0, (size_t)s->cols.leaves * 2 * sizeof *s->cols.t);
+  for (size_t i = 0; i < tn; i++)
+    ct.cost[i] = 1e308;
+  memset(s->bins_rt.t, 0, (size_t)s->bins_rt.leaves * 2 * sizeof *s->bins_rt.t);
+  memset(s->col_room.t, 0, (size_t)s->col_room.leaves * 2 * sizeof *s->col_room.t);
+  for (uint32_t c = 0; c < m; c++) {
+    col_room[c] = cfg_cap >= UINT64_MAX / 2 / dp ? UINT64_MAX / 2 / m : cfg_cap * dp;
+    pk_tree_set(&s->col_room, c, col_room[c]);
+    for (uint32_t q = 0; q < dp; q++) {
+      col_set(&ct, c, q, 0, room1(s, c * dp + q));
+      pk_tree_set(&s->bins_rt, c * dp + q, room1(s, c * dp + q));
+    }
+    pk_tree_set(&s->cols, c, ct.room[(size_t)c * 2 * ct.leaves + 1]);
+  }
+  double left_cost = 0;
+  uint32_t opened = 0;
+  for (uint32_t k = 0; k < n; k++)
+    left_cost += ctx->cost[k];
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t k = order[j];
+    uint64_t need = ctx->size[k] + 1;
+    double ck = ctx->cost[k];
+    uint32_t bin = UINT32_MAX, at = 0;
+    for (uint32_t tries = 0; tries < PK_AUTO_TRIES; tries++) {
+      uint32_t c = pk_tree_find(&s->cols, at, need);
+      if (c == UINT32_MAX || c >= m)
+        break;
+      size_t root = (size_t)c * 2 * ct.leaves + 1;
+      uint32_t cheap = c * dp + ct.cost_at[root], roomy = c * dp + ct.room_at[root];
+      double limit = level[c] * (1 + 1e-12);
+      if (level[c] == 0 || (room1(s, cheap) >= need && s->bins[cheap].cost + ck <= limit)) {
+        bin = cheap;
+        break;
+      }
+      if (s->bins[roomy].cost + ck <= limit) {
+        bin = roomy;
+        break;
+      }
+      at = c + 1;
+    }
+    if (bin == UINT32_MAX && s->col_room.t[1] > 0) {
+      /* Above every level: the column with the most room left in total
+       * (its micro-batches can all grow, so its level rises evenly). */
+      uint32_t c = pk_tree_find(&s->col_room, 0, s->col_room.t[1]);
+      size_t root = (size_t)c * 2 * ct.leaves + 1;
+      uint32_t cheap = c * dp + ct.cost_at[root], roomy = c * dp + ct.room_at[root];
+      if (room1(s, cheap) >= need)
+        bin = cheap;
+      else if (room1(s, roomy) >= need)
+        bin = roomy;
+    }
+    if (bin == UINT32_MAX) {
+      /* Above every level: the first micro-batch with room (first fit
+       * keeps the token packing tight when the cap binds). */
+      bin = pk_tree_find(&s->bins_rt, 0, need);
+      if (bin == UINT32_MAX || bin >= m * dp) {
+        rc = PK_EPRECOND;
+        goto done;
+      }
+    }
+    uint32_t c = bin / dp;
+    pk_bin_add(ctx, &s->bins[bin], k);
+    s->item_bin[k] = bin;
+    if (level[c] == 0 && opened < m) {
+      /* A column opens: its level is its head's cost, or the mean level
+       * the columns not yet open would need for the cost not yet placed,
+       * whichever is larger (so that early columns take their share when
+       * the batch is cost-heavy, not only their head's). */
+      double share = left_cost / ((double)(m - opened) * dp);
+      level[c] = PK_MAX(ck, share);
+      opened++;
+    }
+    level[c] = PK_MAX(level[c], s->bins[bin].cost);
+    left_cost -= ck;
+    col_set(&ct, c, bin % dp, s->bins[bin].cost, room1(s, bin));
+    pk_tree_set(&s->bins_rt, bin, room1(s, bin));
+    col_room[c] -= PK_MIN(col_room[c], ctx->size[k]);
+    pk_tree_set(&s->col_room, c, col_room[c]);
+    pk_tree_set(&s->cols, c, ct.room[(size_t)c * 2 * ct.leaves + 1]);
+  }
+  for (uint32_t i = 0; i < m * dp; i++)
+    if (s->bins[i].count == 0) {
+      rc = PK_EPRECOND;
+      break;
+    }
+done:
+  free(ct.cost);
+  free(ct.cost_at);
+  free(ct.room);
+  free(ct.room_at);
+  free(level);
+  free(col_room);
+  return rc;
+}
+
+/* PACKED fallback when the cap leaves almost no room: micro-batches first,
+ * columns after. First fit decreasing over all m x dp micro-batches packs
+ * the tokens tightest; micro-batches left empty take the smallest item of
+ * the fullest multi-item ones; then the micro-batches, sorted by cost, are
+ * dealt in tiers of dp (tier j is column j), so the micro-batches of a
+ * column cost nearly the same. */
+static bool bin_costlier(const void *arg, uint32_t x, uint32_t y) {
+  const pk_bin_t *bins = arg;
+  return bins[x].cost > bins[y].cost;
+}
+
+int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n, nbins = m * dp;
+  memset(s->bins, 0, (size_t)nbins * sizeof *s->bins);
+  int rc = pk_auto_place_rest(s, order, n);
+  if (rc != 0)
+    return rc;
+  uint32_t *perm = pk_malloc_array(nbins, sizeof *perm);
+  uint32_t *tmp = pk_malloc_array(nbins, sizeof *tmp);
+  uint32_t *head = pk_malloc_array(nbins, sizeof *head);
+  pk_bin_t *moved = pk_malloc_array(nbins, sizeof *moved);
+  if (perm == NULL || tmp == NULL || head == NULL || moved == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  /* Empty micro-batches: each takes the smallest item of a micro-batch
+   * with two or more. Per micro-batch a stack of its items, smallest on
+   * top (order is size-descending, so the last pushed is the smallest). */
+  uint32_t *next = pk_malloc_array(n, sizeof *next);
+  if (next == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  for (uint32_t i = 0; i < nbins; i++)
+    head[i] = UINT32_MAX;
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t k = order[j], b = s->item_bin[k];
+    next[k] = head[b];
+    head[b] = k;
+  }
+  uint32_t donor = 0;
+  for (uint32_t i = 0; i < nbins && rc == 0; i++) {
+    if (s->bins[i].count != 0)
+      continue;
+    while (donor < nbins && s->bins[donor].count < 2)
+      donor++;
+    if (donor == nbins) {
+      rc = PK_EPRECOND;
+      break;
+    }
+    uint32_t k = head[donor];
+    head[donor] = next[k];
+    pk_bin_t *d = &s->bins[donor];
+    d->sum -= ctx->size[k];
+    d->cost -= ctx->cost[k];
+    d->count--;
+    /* The width is only used in PADDED mode, which does not come here. */
+    pk_bin_add(ctx, &s->bins[i], k);
+    s->item_bin[k] = i;
+  }
+  free(next);
+  if (rc != 0)
+    goto done;
+  /* Micro-batches by cost, descending (stable merge sort). */
+  for (uint32_t i = 0; i < nbins; i++)
+    perm[i] = i;
+  pk_merge_sort_u32(perm, tmp, nbins, bin_costlier, s->bins);
+  /* tmp: old bin -> new bin. */
+  for (uint32_t q = 0; q < nbins; q++) {
+    tmp[perm[q]] = q;
+    moved[q] = s->bins[perm[q]];
+  }
+  memcpy(s->bins, moved, (size_t)nbins * sizeof *s->bins);
+  for (uint32_t k = 0; k < n; k++)
+    s->item_bin[k] = tmp[s->item_bin[k]];
+done:
+  free(perm);
+  free(tmp);
+  free(head);
+  free(moved);
+  return rc;
+}
+
+/* One packing try with m columns. Returns 0, PK_EPRECOND (does not fit) or
+ * PK_ENOMEM. */
+int pk_auto_pack_tiers(auto_state_t *s, const uint32_t *order) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n;
+  memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
+  memset(s->col_foot, 0, (size_t)m * sizeof *s->col_foot);
+  memset(s->cols.t, 0, (size_t)s->cols.leaves * 2 * sizeof *s->cols.t);
+  memset(s->bins_rt.t, 0, (size_t)s->bins_rt.leaves * 2 * sizeof *s->bins_rt.t);
+  uint32_t tiers = n / dp, t = 0;
+  for (; t < tiers; t++) {
+    const uint32_t *items = order + (size_t)t * dp;
+    if (t < m) {
+      if (!pk_auto_place_tier(s, t, items))
+        return PK_EPRECOND; /* Cannot happen: every item fits alone. */
+      continue;
+    }
+    /* The smallest item of the tier goes to the fullest micro-batch at
+     * best, so a column needs at least that much room. */
+    uint64_t need = PK_MAX(ctx->size[items[dp - 1]], 1);
+    if (ctx->cfg->mode == PK_MODE_PADDED)
+      need = 1;
+    bool placed = false;
+    uint32_t at = 0;
+    for (uint32_t tries = 0; tries < PK_AUTO_TRIES; tries++) {
+      at = pk_tree_find(&s->cols, at, need);
+      if (at == UINT32_MAX || at >= m)
+        break;
+      if (pk_auto_place_tier(s, at, items)) {
+        placed = true;
+        break;
+      }
+      at++;
+    }
+    if (!placed)
+      break;
+  }
+  /* With equal counts every tier must stay whole. */
+  if (t < tiers && ctx->cfg->equal_count)
+    return PK_EPRECOND;
+  return pk_auto_place_rest(s, order + (size_t)t * dp, n - t * dp);
+}
+
+/* The footprint bin i would have with item `out` replaced by item `in`
+ * (either may be UINT32_MAX for none). */
+static uint64_t foot_after(const auto_state_t *s, const uint32_t *head, const uint32_t *next,
+                           uint32_t i, uint32_t out, uint32_t in) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_bin_t *b = &s->bins[i];
+  if (ctx->cfg->mode != PK_MODE_PADDED) {
+    uint64_t f = b->sum;
+    if (out != UINT32_MAX)
+      f -= ctx->size[out];
+    if (in != UINT32_MAX)
+      f += ctx->size[in];
+    return f;
+  }
+  uint64_t w = in != UINT32_MAX ? ctx->size[in] : 0;
+  for (uint32_t k = head[i]; k != UINT32_MAX; k = next[k])
+    if (k != out && ctx->size[k] > w)
+      w = ctx->size[k];
+  uint32_t cnt = b->count - (out != UINT32_MAX) + (in != UINT32_MAX);
+  return (uint64_t)cnt * w;
+}
+
+/* Lock-step refinement: inside every column, repeatedly take the costliest
+ * micro-batch and move one item to, or swap one pair with, one of the
+ * cheapest micro-batches of the column when that lowers the column's
+ * maximum and keeps both under the cap. Moves are skipped with equal_count
+ * (they change counts); swaps keep counts. Bounded work per column: with
+ * one or two columns (DP balancing alone, as verl's balance_batch asks) the
+ * search is wider and runs until the column is level within 1e-6; with many
+ * columns it is narrower and stops within 5e-4 of the column's mean (a
+ * column's share of the step cost is small, and time grows with m). */
+#define PK_REFINE_PARTNERS 4
+#define PK_REFINE_SCAN 48
+int pk_auto_refine_columns(auto_state_t *s) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n;
+  /* PADDED micro-batches are already level (same rows, similar widths), and
+   * a width change makes every check a scan: refine packed layouts only. */
+  if (dp < 2 || cfg->mode == PK_MODE_PADDED)
+    return 0;
+  uint32_t nbins = m * dp;
+  uint32_t *head = pk_malloc_array(nbins, sizeof *head);
+  uint32_t *next = pk_malloc_array(n, sizeof *next);
+  if (head == NULL || next == NULL) {
+    free(head);
+    free(next);
+    return PK_ENOMEM;
+  }
+  for (uint32_t i = 0; i < nbins; i++)
+    head[i] = UINT32_MAX;
+  for (uint32_t k = n; k-- > 0;) {
+    next[k] = head[s->item_bin[k]];
+    head[s->item_bin[k]] = k;
+  }
+  bool wide = m <= 2;
+  uint32_t partners = wide ? PK_REFINE_PARTNERS : 2, scan = wide ? PK_REFINE_SCAN : 16;
+  uint32_t iters = (wide ? 4 : 2) * dp;
+  double tol = wide ? 1e-6 : 5e-4;
+  for (uint32_t c = 0; c < m; c++) {
+    uint32_t base = c * dp;
+    double col_total = 0;
+    for (uint32_t q = 0; q < dp; q++)
+      col_total += s->bins[base + q].cost;
+    for (uint32_t iter = 0; iter < iters; iter++) {
+      uint32_t x = base;
+      for (uint32_t q = 1; q < dp; q++)
+        if (s->bins[base + q].cost > s->bins[x].cost)
+          x = base + q;
+      if (s->bins[x].cost <= col_total / dp * (1 + tol))
+        break;
+      /* The cheapest few micro-batches of the column. */
+      uint32_t part[PK_REFINE_PARTNERS];
+      uint32_t np = 0;
+      for (uint32_t q = 0; q < dp; q++) {
+        uint32_t y = base + q;
+        if (y == x)
+          continue;
+        uint32_t at = np < partners ? np++ : partners;
+        if (at == partners) {
+          if (s->bins[y].cost >= s->bins[part[np - 1]].cost)
+            continue;
+          at = np - 1;
+        }
+        while (at > 0 && s->bins[part[at - 1]].cost > s->bins[y].cost) {
+          part[at] = part[at - 1];
+          at--;
+        }
+        part[at] = y;
+      }
+      double cx = s->bins[x].cost;
+      double best = cx;
+      uint32_t ba = UINT32_MAX, bb = UINT32_MAX, by = UINT32_MAX;
+      for (uint32_t p = 0; p < np; p++) {
+        uint32_t y = part[p];
+        double cy = s->bins[y].cost;
+        double gap = cx - cy;
+        if (gap <= cx * 1e-9)
+          continue;
+        /* Bounded work: at most `scan` items of each side are looked
+         * at (micro-batches with many items are level already). */
+        uint32_t na = 0;
+        for (uint32_t a = head[x]; a != UINT32_MAX && na < scan; a = next[a], na++) {
+          double ca = ctx->cost[a];
+          if (!cfg->equal_count && ca < gap && s->bins[y].count < cfg->max_seqs &&
+              s->bins[x].count > 1) {
+            double nm = PK_MAX(cx - ca, cy + ca);
+            if (nm < best && foot_after(s, head, next, y, UINT32_MAX, a) <= cfg->cap) {
+              best = nm;
+              ba = a;
+              bb = UINT32_MAX;
+              by = y;
+            }
+          }
+          uint32_t nb = 0;
+          for (uint32_t b = head[y]; b != UINT32_MAX && nb < scan; b = next[b], nb++) {
+            double d = ca - ctx->cost[b];
+            if (d <= 0 || d >= gap)
+              continue;
+            double nm = PK_MAX(cx - d, cy + d);
+            if (nm < best && foot_after(s, head, next, x, a, b) <= cfg->cap &&
+                foot_after(s, head, next, y, b, a) <= cfg->cap) {
+              best = nm;
+              ba = a;
+              bb = b;
+              by = y;
+            }
+          }
+        }
+      }
+      if (ba == UINT32_MAX || best > cx - cx * 1e-9)
+        break;
+      pk_auto_move_item(s, head, next, ba, by);
+      if (bb != UINT32_MAX)
+        pk_auto_move_item(s, head, next, bb, x);
+    }
+  }
+  free(head);
+  free(next);
+  return 0;
+}
+
+/* The step cost of the state: the sum over columns of the costliest
+ * micro-batch (PACKED costs). */
+static double state_step(const auto_state_t *s) {
+  double step = 0;
+  for (uint32_t c = 0; c < s->m; c++) {
+    double mx = 0;
+    for (uint32_t q = 0; q < s->dp; q++)
+      mx = PK_MAX(mx, s->bins[(size_t)c * s->dp + q].cost);
+    step += mx;
+  }
+  return step;
+}
+
+/* PACKED without equal_count: the level packing and the tier packing both
+ * have batches they do best (few columns with large heads; many columns of
+ * like items), so both run and the lower step cost is kept. saved_* hold
+ * m x dp micro-batches and n items. */
+int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
+                      uint32_t *saved_item_bin) {
+  size_t nbins = (size_t)s->m * s->dp, n = s->ctx->n;
+  int levels = pk_auto_pack_levels(s, order);
+  if (levels != 0 && levels != PK_EPRECOND)
+    return levels;
+  double levels_step = 0;
+  if (levels == 0) {
+    levels_step = state_step(s);
+    memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
+    memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
+  }
+  int tiers = pk_auto_pack_tiers(s, order);
+  if (tiers != 0 && tiers != PK_EPRECOND)
+    return tiers;
+  if (levels == 0 && (tiers != 0 || levels_step < state_step(s))) {
+    memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
+    memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
+  }
+  return levels == 0 || tiers == 0 ? 0 : PK_EPRECOND;
+}

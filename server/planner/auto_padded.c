@@ -1,0 +1,316 @@
+/* AUTO's PADDED packings: groups of like width at a target cost, tiers of
+ * rows for equal counts, and the in-column refinement by row moves (see the
+ * comment at the top of auto.c). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "auto_internal.h"
+
+/* PADDED mode: a micro-batch costs rows x its widest row, so rows of like
+ * width must share micro-batches. Columns are runs of consecutive tiers
+ * (sorted by width, descending): each column takes tiers while rows x the
+ * width of its first (widest) tier fits the cap (greedy runs are optimal
+ * for sorted widths), then the widest runs are split in two until there are
+ * M columns. Left-over items (n mod dp) go where they widen least. */
+int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
+                              uint32_t *m_out) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t dp = s->dp, n = ctx->n, tiers = n / dp;
+  uint32_t *bounds = pk_malloc_array((size_t)max_m + 2, sizeof *bounds);
+  if (bounds == NULL)
+    return PK_ENOMEM;
+  uint32_t used = 0;
+  for (uint32_t a = 0; a < tiers;) {
+    uint64_t width = ctx->size[order[(size_t)a * dp]];
+    uint32_t b = a + 1;
+    while (b < tiers && (uint64_t)(b - a + 1) * width <= cfg->cap && b - a + 1 <= cfg->max_seqs)
+      b++;
+    if (used >= max_m) {
+      free(bounds);
+      return PK_EPRECOND;
+    }
+    bounds[used++] = a;
+    a = b;
+  }
+  bounds[used] = tiers;
+  m = PK_MAX(m, (uint32_t)pk_round_up(used, cfg->group));
+  int rc = PK_EPRECOND;
+  for (; m <= max_m; m += cfg->group) {
+    /* Split the widest multi-tier runs until there are m columns. */
+    while (used < m) {
+      uint32_t best = UINT32_MAX;
+      uint64_t best_foot = 0;
+      for (uint32_t c = 0; c < used; c++) {
+        uint32_t rows = bounds[c + 1] - bounds[c];
+        uint64_t foot = (uint64_t)rows * ctx->size[order[(size_t)bounds[c] * dp]];
+        if (rows >= 2 && (best == UINT32_MAX || foot > best_foot)) {
+          best = c;
+          best_foot = foot;
+        }
+      }
+      if (best == UINT32_MAX)
+        break;
+      memmove(&bounds[best + 2], &bounds[best + 1], (size_t)(used - best) * sizeof *bounds);
+      bounds[best + 1] = bounds[best] + (bounds[best + 2] - bounds[best]) / 2;
+      used++;
+    }
+    if (used != m)
+      break;
+    s->m = m;
+    memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
+    memset(s->col_foot, 0, (size_t)m * sizeof *s->col_foot);
+    bool ok = true;
+    for (uint32_t c = 0; c < m && ok; c++)
+      for (uint32_t t = bounds[c]; t < bounds[c + 1] && ok; t++)
+        ok = pk_auto_place_tier(s, c, order + (size_t)t * dp);
+    for (uint32_t i = tiers * dp; i < n && ok; i++) {
+      uint32_t k = order[i], best = UINT32_MAX;
+      uint64_t best_grow = 0;
+      for (uint32_t q = 0; q < m * dp; q++) {
+        if (!pk_bin_fits(ctx, &s->bins[q], k))
+          continue;
+        pk_bin_t after = s->bins[q];
+        pk_bin_add(ctx, &after, k);
+        uint64_t grow = pk_bin_footprint(cfg, &after) - pk_bin_footprint(cfg, &s->bins[q]);
+        if (best == UINT32_MAX || grow < best_grow) {
+          best = q;
+          best_grow = grow;
+        }
+      }
+      if (best == UINT32_MAX) {
+        ok = false;
+        break;
+      }
+      pk_bin_add(ctx, &s->bins[best], k);
+      s->item_bin[k] = best;
+    }
+    if (ok) {
+      rc = 0;
+      break;
+    }
+  }
+  free(bounds);
+  *m_out = m;
+  return rc;
+}
+
+/* PADDED mode without equal_count: groups of like width, then tiers of
+ * groups.
+ *
+ * A PADDED micro-batch costs rows x c(width), so a group of consecutive
+ * items in width order wastes the least padding. Groups are runs of the
+ * width-sorted items, each closed at a target cost T: the run opened by
+ * width w takes min(T / c(w), cap / w, max_seqs) rows (at least one). The
+ * smallest T giving at most M x dp groups is found by bisection (the count
+ * only falls as T grows, and T = infinity is the exact greedy grouping of
+ * pk_micro_lower_bound, so M = that bound always works); the costliest
+ * multi-row groups are then halved until there are exactly M x dp. Groups
+ * sorted by cost, descending, are dealt in tiers of dp: tier j is column j,
+ * so the micro-batches that run together cost nearly the same. */
+typedef struct padded_group {
+  uint32_t first, rows; /* A run of the width-sorted order. */
+  double cost;          /* rows x c(widest). */
+} padded_group_t;
+
+/* Number of groups for target cost t (stops counting above limit). */
+static uint32_t count_groups(const pk_ctx_t *ctx, const uint32_t *order, double t, uint32_t limit,
+                             padded_group_t *out) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n, g = 0;
+  for (uint32_t i = 0; i < n;) {
+    uint64_t w = ctx->size[order[i]];
+    double c = ctx->cost[order[i]];
+    uint64_t rows = cfg->max_seqs;
+    if (w > 0)
+      rows = PK_MIN(rows, cfg->cap / w);
+    if (c > 0 && t / c < (double)rows)
+      rows = (uint64_t)(t / c);
+    if (rows == 0)
+      rows = 1;
+    if (rows > n - i)
+      rows = n - i;
+    if (g >= limit)
+      return limit + 1;
+    if (out != NULL)
+      out[g] = (padded_group_t){i, (uint32_t)rows, (double)rows * c};
+    g++;
+    i += (uint32_t)rows;
+  }
+  return g;
+}
+
+static bool group_costlier(const void *arg, uint32_t x, uint32_t y) {
+  const padded_group_t *grp = arg;
+  return grp[x].cost > grp[y].cost;
+}
+
+int pk_auto_pack_padded_groups(auto_state_t *s, const uint32_t *order, uint32_t m) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t dp = s->dp, target = m * dp;
+  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
+  uint32_t *gi = pk_malloc_array(target, sizeof *gi);
+  uint32_t *gtmp = pk_malloc_array(target, sizeof *gtmp);
+  int rc = 0;
+  if (grp == NULL || gi == NULL || gtmp == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  /* Bisection on T between the costliest item and the total cost. */
+  double lo = 0, hi = 0;
+  for (uint32_t k = 0; k < ctx->n; k++)
+    hi += ctx->cost[k];
+  hi = hi * 2 + 1;
+  if (count_groups(ctx, order, hi, target, NULL) > target) {
+    rc = PK_EPRECOND;
+    goto done;
+  }
+  for (int it = 0; it < 60 && hi - lo > hi * 1e-9; it++) {
+    double mid = (lo + hi) / 2;
+    if (count_groups(ctx, order, mid, target, NULL) <= target)
+      hi = mid;
+    else
+      lo = mid;
+  }
+  uint32_t g = count_groups(ctx, order, hi, target, grp);
+  /* Halve the costliest multi-row groups until there are exactly target;
+   * each halving adds one group. n >= target, so one always exists. */
+  while (g < target) {
+    uint32_t best = UINT32_MAX;
+    for (uint32_t q = 0; q < g; q++)
+      if (grp[q].rows >= 2 && (best == UINT32_MAX || grp[q].cost > grp[best].cost))
+        best = q;
+    if (best == UINT32_MAX) {
+      rc = PK_EPRECOND;
+      goto done;
+    }
+    padded_group_t *b = &grp[best];
+    uint32_t keep = b->rows - b->rows / 2, moved = b->rows / 2;
+    uint32_t second = b->first + keep;
+    b->rows = keep;
+    b->cost = (double)keep * ctx->cost[order[b->first]];
+    grp[g++] = (padded_group_t){second, moved, (double)moved * ctx->cost[order[second]]};
+  }
+  /* Groups by cost, descending (stable merge sort), then tier j -> column j. */
+  for (uint32_t q = 0; q < g; q++)
+    gi[q] = q;
+  pk_merge_sort_u32(gi, gtmp, g, group_costlier, grp);
+  s->m = m;
+  memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
+  for (uint32_t q = 0; q < g; q++) {
+    const padded_group_t *b = &grp[gi[q]];
+    uint32_t bin = q; /* Column q / dp, slot q % dp. */
+    for (uint32_t r = 0; r < b->rows; r++) {
+      uint32_t k = order[b->first + r];
+      pk_bin_add(ctx, &s->bins[bin], k);
+      s->item_bin[k] = bin;
+    }
+  }
+done:
+  free(grp);
+  free(gi);
+  free(gtmp);
+  return rc;
+}
+
+/* PADDED refinement: a micro-batch costs rows x c(widest row). Inside every
+ * column, repeatedly take the costliest micro-batch and move one of its rows
+ * (its narrowest, or its widest, which may narrow it) to one of the two
+ * cheapest micro-batches of the column when that lowers the column's
+ * maximum and the receiver stays within the cap and max_seqs. Only without
+ * equal_count (moves change counts). Bounded work per column. */
+static double padded_cost(const pk_cfg_t *cfg, uint32_t count, uint64_t width) {
+  return (double)count * pk_slot_cost(cfg, width);
+}
+
+int pk_auto_refine_padded(auto_state_t *s) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t dp = s->dp, m = s->m, n = ctx->n, nbins = m * dp;
+  if (dp < 2)
+    return 0;
+  uint32_t *head = pk_malloc_array(nbins, sizeof *head);
+  uint32_t *next = pk_malloc_array(n, sizeof *next);
+  double *real = pk_malloc_array(nbins, sizeof *real);
+  if (head == NULL || next == NULL || real == NULL) {
+    free(head);
+    free(next);
+    free(real);
+    return PK_ENOMEM;
+  }
+  for (uint32_t i = 0; i < nbins; i++) {
+    head[i] = UINT32_MAX;
+    real[i] = padded_cost(cfg, s->bins[i].count, s->bins[i].width);
+  }
+  for (uint32_t k = n; k-- > 0;) {
+    next[k] = head[s->item_bin[k]];
+    head[s->item_bin[k]] = k;
+  }
+  for (uint32_t c = 0; c < m; c++) {
+    uint32_t base = c * dp;
+    for (uint32_t iter = 0; iter < 2 * dp; iter++) {
+      uint32_t x = base, y1 = UINT32_MAX, y2 = UINT32_MAX;
+      for (uint32_t q = 0; q < dp; q++) {
+        uint32_t i = base + q;
+        if (real[i] > real[x])
+          x = i;
+        if (y1 == UINT32_MAX || real[i] < real[y1]) {
+          y2 = y1;
+          y1 = i;
+        } else if (y2 == UINT32_MAX || real[i] < real[y2]) {
+          y2 = i;
+        }
+      }
+      const pk_bin_t *bx = &s->bins[x];
+      if (bx->count < 2)
+        break;
+      /* The narrowest and the widest rows of x, and x's width without its
+       * widest row. */
+      uint32_t narrow = UINT32_MAX, wide = UINT32_MAX;
+      uint64_t second = 0;
+      for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k]) {
+        if (narrow == UINT32_MAX || ctx->size[k] < ctx->size[narrow])
+          narrow = k;
+        if (wide == UINT32_MAX || ctx->size[k] > ctx->size[wide])
+          wide = k;
+      }
+      for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k])
+        if (k != wide)
+          second = PK_MAX(second, ctx->size[k]);
+      double best = real[x];
+      uint32_t bk = UINT32_MAX, by = UINT32_MAX;
+      uint32_t cand[2] = {narrow, wide};
+      uint32_t ys[2] = {y1, y2};
+      for (int a = 0; a < 2; a++) {
+        uint32_t k = cand[a];
+        uint64_t wx = k == wide ? second : bx->width;
+        double cx = padded_cost(cfg, bx->count - 1, wx);
+        for (int b = 0; b < 2; b++) {
+          uint32_t y = ys[b];
+          if (y == UINT32_MAX || y == x)
+            continue;
+          const pk_bin_t *bb = &s->bins[y];
+          uint64_t wy = PK_MAX(bb->width, ctx->size[k]);
+          if (bb->count + 1 > cfg->max_seqs || (uint64_t)(bb->count + 1) * wy > cfg->cap)
+            continue;
+          double cy = padded_cost(cfg, bb->count + 1, wy);
+          double peak = PK_MAX(cx, cy);
+          if (peak < best * (1 - 1e-12)) {
+            best = peak;
+            bk = k;
+            by = y;
+          }
+        }
+      }
+      if (bk == UINT32_MAX)
+        break;
+      pk_auto_move_item(s, head, next, bk, by);
+      real[x] = padded_cost(cfg, s->bins[x].count, s->bins[x].width);
+      real[by] = padded_cost(cfg, s->bins[by].count, s->bins[by].width);
+    }
+  }
+  free(head);
+  free(next);
+  free(real);
+  return 0;
+}
