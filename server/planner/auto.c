@@ -46,10 +46,23 @@ int pk_tree_init(room_tree_t *rt, uint32_t size) {
   return rt->t == NULL ? PK_ENOMEM : 0;
 }
 
+/* Sets entry i and walks up while the maxima change: once a node keeps its
+ * value, so do all above it. */
 void pk_tree_set(room_tree_t *rt, uint32_t i, uint64_t room) {
   uint32_t p = rt->leaves + i;
   rt->t[p] = room;
-  for (p /= 2; p >= 1; p /= 2)
+  for (p /= 2; p >= 1; p /= 2) {
+    uint64_t v = PK_MAX(rt->t[2 * p], rt->t[2 * p + 1]);
+    if (rt->t[p] == v)
+      break;
+    rt->t[p] = v;
+  }
+}
+
+/* Recomputes every inner node from the leaves (t[leaves + i], written by
+ * the caller; unused leaves must hold 0) in O(leaves). */
+void pk_tree_rebuild(room_tree_t *rt) {
+  for (uint32_t p = rt->leaves - 1; p >= 1; p--)
     rt->t[p] = PK_MAX(rt->t[2 * p], rt->t[2 * p + 1]);
 }
 
@@ -153,8 +166,9 @@ int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count) {
   if (count == 0)
     return 0;
   uint32_t nbins = s->m * s->dp;
-  for (uint32_t i = 0; i < nbins; i++)
-    pk_tree_set(&s->bins_rt, i, pk_auto_bin_room(s, i));
+  for (uint32_t i = 0; i < s->bins_rt.leaves; i++)
+    s->bins_rt.t[s->bins_rt.leaves + i] = i < nbins ? pk_auto_bin_room(s, i) : 0;
+  pk_tree_rebuild(&s->bins_rt);
   for (uint32_t j = 0; j < count; j++) {
     uint32_t k = items[j];
     uint64_t need = s->ctx->cfg->mode == PK_MODE_PADDED ? 1 : PK_MAX(s->ctx->size[k], 1);

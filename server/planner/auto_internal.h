@@ -36,6 +36,7 @@ typedef struct auto_state {
 /* Room trees (auto.c). */
 int pk_tree_init(room_tree_t *rt, uint32_t size);
 void pk_tree_set(room_tree_t *rt, uint32_t i, uint64_t room);
+void pk_tree_rebuild(room_tree_t *rt);
 /* The first entry at or after `from` with room >= need, or UINT32_MAX. */
 uint32_t pk_tree_find(const room_tree_t *rt, uint32_t from, uint64_t need);
 

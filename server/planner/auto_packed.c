@@ -7,31 +7,64 @@
 #include "auto_internal.h"
 
 /* Per-column trees over the dp micro-batches: the cheapest one and the one
- * with the most room, each in O(log dp) per update. */
+ * with the most room, each in O(log dp) per update. One node per record,
+ * so an update touches one cache line per level. */
+typedef struct col_node {
+  double cost;      /* Min cost of the subtree. */
+  uint64_t room;    /* Max room + 1 of the subtree (0: full). */
+  uint32_t cost_at; /* The slot holding the min cost. */
+  uint32_t room_at; /* The slot holding the max room. */
+} col_node_t;
+
 typedef struct col_trees {
-  uint32_t leaves;   /* A power of two >= dp. */
-  double *cost;      /* m * 2 * leaves: min cost of the subtree. */
-  uint32_t *cost_at; /* The slot holding it. */
-  uint64_t *room;    /* Max room + 1 of the subtree (0: full). */
-  uint32_t *room_at;
+  uint32_t leaves; /* A power of two >= dp. */
+  col_node_t *t;   /* m * 2 * leaves. */
 } col_trees_t;
+
+/* Recomputes inner node p of the column tree at `base` from its children;
+ * returns whether it changed. */
+static bool col_pull(col_trees_t *ct, size_t base, uint32_t p) {
+  const col_node_t *l = &ct->t[base + 2 * p], *r = l + 1;
+  col_node_t v;
+  const col_node_t *c = l->cost <= r->cost ? l : r;
+  const col_node_t *o = l->room >= r->room ? l : r;
+  v.cost = c->cost;
+  v.cost_at = c->cost_at;
+  v.room = o->room;
+  v.room_at = o->room_at;
+  col_node_t *at = &ct->t[base + p];
+  if (at->cost == v.cost && at->cost_at == v.cost_at && at->room == v.room &&
+      at->room_at == v.room_at)
+    return false;
+  *at = v;
+  return true;
+}
 
 static void col_set(col_trees_t *ct, uint32_t c, uint32_t slot, double cost, uint64_t room) {
   size_t base = (size_t)c * 2 * ct->leaves;
   uint32_t p = ct->leaves + slot;
-  ct->cost[base + p] = cost;
-  ct->cost_at[base + p] = slot;
-  ct->room[base + p] = room;
-  ct->room_at[base + p] = slot;
-  for (p /= 2; p >= 1; p /= 2) {
-    size_t l = base + 2 * p, r = l + 1;
-    bool left_cost = ct->cost[l] <= ct->cost[r];
-    ct->cost[base + p] = left_cost ? ct->cost[l] : ct->cost[r];
-    ct->cost_at[base + p] = left_cost ? ct->cost_at[l] : ct->cost_at[r];
-    bool left_room = ct->room[l] >= ct->room[r];
-    ct->room[base + p] = left_room ? ct->room[l] : ct->room[r];
-    ct->room_at[base + p] = left_room ? ct->room_at[l] : ct->room_at[r];
+  ct->t[base + p] = (col_node_t){.cost = cost, .room = room, .cost_at = slot, .room_at = slot};
+  /* Once a node is unchanged, so is every node above it. */
+  for (p /= 2; p >= 1 && col_pull(ct, base, p); p /= 2)
+    ;
+}
+
+/* Column c with dp empty micro-batches of room `room` each (the leaves
+ * past dp: cost 1e308, room 0), in O(leaves). */
+static void col_init_empty(col_trees_t *ct, uint32_t c, uint32_t dp, uint64_t room) {
+  size_t base = (size_t)c * 2 * ct->leaves;
+  for (uint32_t q = 0; q < ct->leaves; q++)
+    ct->t[base + ct->leaves + q] = (col_node_t){
+        .cost = q < dp ? 0 : 1e308, .room = q < dp ? room : 0, .cost_at = q, .room_at = q};
+  for (uint32_t p = ct->leaves - 1; p >= 1; p--) {
+    ct->t[base + p] = (col_node_t){0};
+    col_pull(ct, base, p);
   }
+}
+
+/* The root of column c's tree. */
+static const col_node_t *col_root(const col_trees_t *ct, uint32_t c) {
+  return &ct->t[(size_t)c * 2 * ct->leaves + 1];
 }
 
 /* The room of micro-batch i plus one, so that a zero-size item needs 1:
@@ -68,34 +101,30 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
   while (ct.leaves < dp)
     ct.leaves *= 2;
   size_t tn = (size_t)m * 2 * ct.leaves;
-  ct.cost = pk_malloc_array(tn, sizeof *ct.cost);
-  ct.cost_at = pk_malloc_array(tn, sizeof *ct.cost_at);
-  ct.room = pk_calloc(tn, sizeof *ct.room);
-  ct.room_at = pk_calloc(tn, sizeof *ct.room_at);
+  ct.t = pk_malloc_array(tn, sizeof *ct.t);
   double *level = pk_calloc(m, sizeof *level);
   uint64_t *col_room = pk_malloc_array(m, sizeof *col_room);
   uint64_t cfg_cap = ctx->cfg->cap;
   int rc = 0;
-  if (ct.cost == NULL || ct.cost_at == NULL || ct.room == NULL || ct.room_at == NULL ||
-      level == NULL || col_room == NULL) {
+  if (ct.t == NULL || level == NULL || col_room == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
   memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
   memset(s->cols.t, 0, (size_t)s->cols.leaves * 2 * sizeof *s->cols.t);
-  for (size_t i = 0; i < tn; i++)
-    ct.cost[i] = 1e308;
-  memset(s->bins_rt.t, 0, (size_t)s->bins_rt.leaves * 2 * sizeof *s->bins_rt.t);
   memset(s->col_room.t, 0, (size_t)s->col_room.leaves * 2 * sizeof *s->col_room.t);
+  /* The per-micro-batch tree (bins_rt) is built only when the first item
+   * needs first fit: most packings never do. */
+  bool bins_rt_live = false;
+  uint64_t empty_room = room1(s, 0);
   for (uint32_t c = 0; c < m; c++) {
     col_room[c] = cfg_cap >= UINT64_MAX / 2 / dp ? UINT64_MAX / 2 / m : cfg_cap * dp;
-    pk_tree_set(&s->col_room, c, col_room[c]);
-    for (uint32_t q = 0; q < dp; q++) {
-      col_set(&ct, c, q, 0, room1(s, c * dp + q));
-      pk_tree_set(&s->bins_rt, c * dp + q, room1(s, c * dp + q));
-    }
-    pk_tree_set(&s->cols, c, ct.room[(size_t)c * 2 * ct.leaves + 1]);
+    s->col_room.t[s->col_room.leaves + c] = col_room[c];
+    col_init_empty(&ct, c, dp, empty_room);
+    s->cols.t[s->cols.leaves + c] = col_root(&ct, c)->room;
   }
+  pk_tree_rebuild(&s->col_room);
+  pk_tree_rebuild(&s->cols);
   double left_cost = 0;
   uint32_t opened = 0;
   for (uint32_t k = 0; k < n; k++)
@@ -109,8 +138,8 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
       uint32_t c = pk_tree_find(&s->cols, at, need);
       if (c == UINT32_MAX || c >= m)
         break;
-      size_t root = (size_t)c * 2 * ct.leaves + 1;
-      uint32_t cheap = c * dp + ct.cost_at[root], roomy = c * dp + ct.room_at[root];
+      const col_node_t *root = col_root(&ct, c);
+      uint32_t cheap = c * dp + root->cost_at, roomy = c * dp + root->room_at;
       double limit = level[c] * (1 + 1e-12);
       if (level[c] == 0 || (room1(s, cheap) >= need && s->bins[cheap].cost + ck <= limit)) {
         bin = cheap;
@@ -126,8 +155,8 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
       /* Above every level: the column with the most room left in total
        * (its micro-batches can all grow, so its level rises evenly). */
       uint32_t c = pk_tree_find(&s->col_room, 0, s->col_room.t[1]);
-      size_t root = (size_t)c * 2 * ct.leaves + 1;
-      uint32_t cheap = c * dp + ct.cost_at[root], roomy = c * dp + ct.room_at[root];
+      const col_node_t *root = col_root(&ct, c);
+      uint32_t cheap = c * dp + root->cost_at, roomy = c * dp + root->room_at;
       if (room1(s, cheap) >= need)
         bin = cheap;
       else if (room1(s, roomy) >= need)
@@ -136,6 +165,12 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
     if (bin == UINT32_MAX) {
       /* Above every level: the first micro-batch with room (first fit
        * keeps the token packing tight when the cap binds). */
+      if (!bins_rt_live) {
+        for (uint32_t i = 0; i < s->bins_rt.leaves; i++)
+          s->bins_rt.t[s->bins_rt.leaves + i] = i < m * dp ? room1(s, i) : 0;
+        pk_tree_rebuild(&s->bins_rt);
+        bins_rt_live = true;
+      }
       bin = pk_tree_find(&s->bins_rt, 0, need);
       if (bin == UINT32_MAX || bin >= m * dp) {
         rc = PK_EPRECOND;
@@ -157,10 +192,11 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
     level[c] = PK_MAX(level[c], s->bins[bin].cost);
     left_cost -= ck;
     col_set(&ct, c, bin % dp, s->bins[bin].cost, room1(s, bin));
-    pk_tree_set(&s->bins_rt, bin, room1(s, bin));
+    if (bins_rt_live)
+      pk_tree_set(&s->bins_rt, bin, room1(s, bin));
     col_room[c] -= PK_MIN(col_room[c], ctx->size[k]);
     pk_tree_set(&s->col_room, c, col_room[c]);
-    pk_tree_set(&s->cols, c, ct.room[(size_t)c * 2 * ct.leaves + 1]);
+    pk_tree_set(&s->cols, c, col_root(&ct, c)->room);
   }
   for (uint32_t i = 0; i < m * dp; i++)
     if (s->bins[i].count == 0) {
@@ -168,10 +204,7 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
       break;
     }
 done:
-  free(ct.cost);
-  free(ct.cost_at);
-  free(ct.room);
-  free(ct.room_at);
+  free(ct.t);
   free(level);
   free(col_room);
   return rc;
@@ -304,26 +337,15 @@ int pk_auto_pack_tiers(auto_state_t *s, const uint32_t *order) {
   return pk_auto_place_rest(s, order + (size_t)t * dp, n - t * dp);
 }
 
-/* The footprint bin i would have with item `out` replaced by item `in`
- * (either may be UINT32_MAX for none). */
-static uint64_t foot_after(const auto_state_t *s, const uint32_t *head, const uint32_t *next,
-                           uint32_t i, uint32_t out, uint32_t in) {
+/* Whether micro-batch i stays within the cap with item `out` replaced by
+ * item `in` (`out` may be UINT32_MAX for none). PACKED footprints: token
+ * sums. */
+static bool swap_fits(const auto_state_t *s, uint32_t i, uint32_t out, uint32_t in) {
   const pk_ctx_t *ctx = s->ctx;
-  const pk_bin_t *b = &s->bins[i];
-  if (ctx->cfg->mode != PK_MODE_PADDED) {
-    uint64_t f = b->sum;
-    if (out != UINT32_MAX)
-      f -= ctx->size[out];
-    if (in != UINT32_MAX)
-      f += ctx->size[in];
-    return f;
-  }
-  uint64_t w = in != UINT32_MAX ? ctx->size[in] : 0;
-  for (uint32_t k = head[i]; k != UINT32_MAX; k = next[k])
-    if (k != out && ctx->size[k] > w)
-      w = ctx->size[k];
-  uint32_t cnt = b->count - (out != UINT32_MAX) + (in != UINT32_MAX);
-  return (uint64_t)cnt * w;
+  uint64_t f = s->bins[i].sum + ctx->size[in];
+  if (out != UINT32_MAX)
+    f -= ctx->size[out];
+  return f <= ctx->cfg->cap;
 }
 
 /* Lock-step refinement: inside every column, repeatedly take the costliest
@@ -332,9 +354,9 @@ static uint64_t foot_after(const auto_state_t *s, const uint32_t *head, const ui
  * maximum and keeps both under the cap. Moves are skipped with equal_count
  * (they change counts); swaps keep counts. Bounded work per column: with
  * one or two columns (DP balancing alone, as verl's balance_batch asks) the
- * search is wider and runs until the column is level within 1e-6; with many
- * columns it is narrower and stops within 5e-4 of the column's mean (a
- * column's share of the step cost is small, and time grows with m). */
+ * search is wider and runs until the column is level within 2e-5 (verl's balance_batch tests accept
+ * 1e-4); with many columns it is narrower and stops within 5e-4 of the column's mean (a column's
+ * share of the step cost is small, and time grows with m). */
 #define PK_REFINE_PARTNERS 4
 #define PK_REFINE_SCAN 48
 int pk_auto_refine_columns(auto_state_t *s) {
@@ -348,6 +370,7 @@ int pk_auto_refine_columns(auto_state_t *s) {
   uint32_t nbins = m * dp;
   uint32_t *head = pk_malloc_array(nbins, sizeof *head);
   uint32_t *next = pk_malloc_array(n, sizeof *next);
+  uint32_t ys[PK_REFINE_SCAN];
   if (head == NULL || next == NULL) {
     free(head);
     free(next);
@@ -362,7 +385,7 @@ int pk_auto_refine_columns(auto_state_t *s) {
   bool wide = m <= 2;
   uint32_t partners = wide ? PK_REFINE_PARTNERS : 2, scan = wide ? PK_REFINE_SCAN : 16;
   uint32_t iters = (wide ? 4 : 2) * dp;
-  double tol = wide ? 1e-6 : 5e-4;
+  double tol = wide ? 2e-5 : 5e-4;
   for (uint32_t c = 0; c < m; c++) {
     uint32_t base = c * dp;
     double col_total = 0;
@@ -403,29 +426,53 @@ int pk_auto_refine_columns(auto_state_t *s) {
         double gap = cx - cy;
         if (gap <= cx * 1e-9)
           continue;
-        /* Bounded work: at most `scan` items of each side are looked
-         * at (micro-batches with many items are level already). */
+        /* Bounded work: at most `scan` items of each side are looked at
+         * (micro-batches with many items are level already). y's items
+         * sorted by cost ascending, for the swap search below. */
+        uint32_t ny = 0;
+        for (uint32_t b = head[y]; b != UINT32_MAX && ny < scan; b = next[b]) {
+          uint32_t at = ny++;
+          while (at > 0 && ctx->cost[ys[at - 1]] > ctx->cost[b]) {
+            ys[at] = ys[at - 1];
+            at--;
+          }
+          ys[at] = b;
+        }
         uint32_t na = 0;
         for (uint32_t a = head[x]; a != UINT32_MAX && na < scan; a = next[a], na++) {
           double ca = ctx->cost[a];
           if (!cfg->equal_count && ca < gap && s->bins[y].count < cfg->max_seqs &&
               s->bins[x].count > 1) {
             double nm = PK_MAX(cx - ca, cy + ca);
-            if (nm < best && foot_after(s, head, next, y, UINT32_MAX, a) <= cfg->cap) {
+            if (nm < best && swap_fits(s, y, UINT32_MAX, a)) {
               best = nm;
               ba = a;
               bb = UINT32_MAX;
               by = y;
             }
           }
-          uint32_t nb = 0;
-          for (uint32_t b = head[y]; b != UINT32_MAX && nb < scan; b = next[b], nb++) {
+          /* A swap a <-> b moves d = ca - cb from x to y: the new maximum
+           * max(cx - d, cy + d) is least for d nearest gap / 2, so only
+           * the two items of y around cost ca - gap / 2 are candidates
+           * (the cheaper one first fails the room check if any does). */
+          double target = ca - gap / 2;
+          uint32_t lo = 0, hi = ny;
+          while (lo < hi) {
+            uint32_t mid = (lo + hi) / 2;
+            if (ctx->cost[ys[mid]] < target)
+              lo = mid + 1;
+            else
+              hi = mid;
+          }
+          for (uint32_t side = 0; side < 2; side++) {
+            if (side == 0 ? lo == 0 : lo >= ny)
+              continue;
+            uint32_t b = ys[side == 0 ? lo - 1 : lo];
             double d = ca - ctx->cost[b];
             if (d <= 0 || d >= gap)
               continue;
             double nm = PK_MAX(cx - d, cy + d);
-            if (nm < best && foot_after(s, head, next, x, a, b) <= cfg->cap &&
-                foot_after(s, head, next, y, b, a) <= cfg->cap) {
+            if (nm < best && swap_fits(s, x, a, b) && swap_fits(s, y, b, a)) {
               best = nm;
               ba = a;
               bb = b;
@@ -461,8 +508,11 @@ static double state_step(const auto_state_t *s) {
 
 /* PACKED without equal_count: the level packing and the tier packing both
  * have batches they do best (few columns with large heads; many columns of
- * like items), so both run and the lower step cost is kept. saved_* hold
- * m x dp micro-batches and n items. */
+ * like items), so both run and the lower step cost is kept, unless the
+ * level packing is already within PK_AUTO_GOOD_ENOUGH of the step bound
+ * (bounds.c): then the tier packing could gain at most that much and is
+ * skipped. saved_* hold m x dp micro-batches and n items. */
+#define PK_AUTO_GOOD_ENOUGH 1e-3
 int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
                       uint32_t *saved_item_bin) {
   size_t nbins = (size_t)s->m * s->dp, n = s->ctx->n;
@@ -472,6 +522,8 @@ int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bi
   double levels_step = 0;
   if (levels == 0) {
     levels_step = state_step(s);
+    if (levels_step <= pk_step_lower_bound(s->ctx, s->m) * (1 + PK_AUTO_GOOD_ENOUGH))
+      return 0;
     memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
     memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
   }
