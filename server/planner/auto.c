@@ -281,6 +281,26 @@ done:
   return rc;
 }
 
+/* The fewest micro-batches per rank first fit decreasing needs: one first
+ * fit pass over all max_m x dp micro-batches (first fit over fewer is the
+ * same pass cut short, so it fits exactly when the pass used no
+ * micro-batch beyond them). The pass stays in s->bins and s->item_bin: it
+ * is the first fit packing for every count from the result up.
+ * UINT32_MAX when even max_m does not fit. */
+static uint32_t ffd_min_micro(auto_state_t *s, const uint32_t *order, uint32_t max_m) {
+  uint32_t n = s->ctx->n, saved_m = s->m;
+  s->m = max_m;
+  memset(s->bins, 0, (size_t)max_m * s->dp * sizeof *s->bins);
+  int rc = pk_auto_place_rest(s, order, n);
+  s->m = saved_m;
+  if (rc != 0)
+    return UINT32_MAX;
+  uint32_t used = 0;
+  for (uint32_t k = 0; k < n; k++)
+    used = PK_MAX(used, s->item_bin[k] + 1);
+  return (used + s->dp - 1) / s->dp;
+}
+
 int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t dp = cfg->dp, n = ctx->n;
@@ -351,6 +371,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       goto done;
     goto deal;
   }
+  uint32_t ffd_m = 0; /* 0: not probed yet. */
   for (;;) {
     if (m > max_m || m == 0) {
       rc = pk_fail(err, errlen, PK_EPRECOND,
@@ -368,8 +389,20 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
        * first; when it fails the column packings (less tight) are not
        * tried at this count. When it fits, they are tried and the better is
        * kept if one fits too (better columns); else first fit is packed
-       * again. */
-      rc = pk_auto_pack_bins_first(&s, order);
+       * again. One probe pass (ffd_min_micro) tells the counts first fit
+       * cannot fill, so those are not packed at all. */
+      if (ffd_m == 0) {
+        /* The probe's packing is first fit at the first count it fits. */
+        ffd_m = ffd_min_micro(&s, order, max_m);
+        while (ffd_m != UINT32_MAX && m < ffd_m && m <= max_m)
+          m += cfg->group;
+        if (ffd_m == UINT32_MAX || m > max_m)
+          continue; /* Fails at the top of the loop. */
+        s.m = m;
+        rc = pk_auto_bins_finish(&s, order);
+      } else {
+        rc = m < ffd_m ? PK_EPRECOND : pk_auto_pack_bins_first(&s, order);
+      }
       if (rc == 0) {
         rc = pk_auto_pack_best(&s, order, saved_bins, saved_item_bin);
         if (rc == PK_EPRECOND)

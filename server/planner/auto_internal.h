@@ -56,6 +56,10 @@ void pk_auto_move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t
 /* PACKED (auto_packed.c). saved_* hold s->m x dp micro-batches and n items. */
 int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order);
+/* The second half of pk_auto_pack_bins_first, after first fit placed every
+ * item into the first s->m x dp micro-batches: fills empty micro-batches
+ * and sorts the micro-batches into columns. */
+int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_tiers(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
                       uint32_t *saved_item_bin);

@@ -222,12 +222,15 @@ static bool bin_costlier(const void *arg, uint32_t x, uint32_t y) {
 }
 
 int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order) {
+  memset(s->bins, 0, (size_t)s->m * s->dp * sizeof *s->bins);
+  int rc = pk_auto_place_rest(s, order, s->ctx->n);
+  return rc != 0 ? rc : pk_auto_bins_finish(s, order);
+}
+
+int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
   const pk_ctx_t *ctx = s->ctx;
   uint32_t dp = s->dp, m = s->m, n = ctx->n, nbins = m * dp;
-  memset(s->bins, 0, (size_t)nbins * sizeof *s->bins);
-  int rc = pk_auto_place_rest(s, order, n);
-  if (rc != 0)
-    return rc;
+  int rc = 0;
   uint32_t *perm = pk_malloc_array(nbins, sizeof *perm);
   uint32_t *tmp = pk_malloc_array(nbins, sizeof *tmp);
   uint32_t *head = pk_malloc_array(nbins, sizeof *head);
