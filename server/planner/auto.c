@@ -307,8 +307,8 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
   uint32_t max_m = n / dp;
   uint32_t m = pk_micro_lower_bound(ctx);
   auto_state_t s = {.ctx = ctx, .dp = dp};
-  pk_bin_t *saved_bins = NULL;
-  uint32_t *saved_item_bin = NULL;
+  pk_bin_t *saved_bins = NULL, *ffd_bins = NULL;
+  uint32_t *saved_item_bin = NULL, *ffd_item_bin = NULL;
   int rc = 0;
   uint32_t *order = pk_malloc_array(n, sizeof *order);
   s.bins = pk_malloc_array((size_t)max_m * dp, sizeof *s.bins);
@@ -324,7 +324,9 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
   }
   saved_bins = pk_malloc_array((size_t)max_m * dp, sizeof *saved_bins);
   saved_item_bin = pk_malloc_array(n, sizeof *saved_item_bin);
-  if (saved_bins == NULL || saved_item_bin == NULL) {
+  ffd_bins = pk_malloc_array((size_t)max_m * dp, sizeof *ffd_bins);
+  ffd_item_bin = pk_malloc_array(n, sizeof *ffd_item_bin);
+  if (saved_bins == NULL || saved_item_bin == NULL || ffd_bins == NULL || ffd_item_bin == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "%u sequences: out of memory", n);
     goto done;
   }
@@ -404,9 +406,16 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
         rc = m < ffd_m ? PK_EPRECOND : pk_auto_pack_bins_first(&s, order);
       }
       if (rc == 0) {
+        /* Kept aside, so that it need not be packed again. */
+        size_t nbins = (size_t)m * dp;
+        memcpy(ffd_bins, s.bins, nbins * sizeof *ffd_bins);
+        memcpy(ffd_item_bin, s.item_bin, (size_t)n * sizeof *ffd_item_bin);
         rc = pk_auto_pack_best(&s, order, saved_bins, saved_item_bin);
-        if (rc == PK_EPRECOND)
-          rc = pk_auto_pack_bins_first(&s, order);
+        if (rc == PK_EPRECOND) {
+          memcpy(s.bins, ffd_bins, nbins * sizeof *ffd_bins);
+          memcpy(s.item_bin, ffd_item_bin, (size_t)n * sizeof *ffd_item_bin);
+          rc = 0;
+        }
       }
     } else {
       rc = pk_auto_pack_best(&s, order, saved_bins, saved_item_bin);
@@ -430,6 +439,8 @@ deal:
 done:
   free(saved_bins);
   free(saved_item_bin);
+  free(ffd_bins);
+  free(ffd_item_bin);
   free(order);
   free(s.bins);
   free(s.col_foot);
