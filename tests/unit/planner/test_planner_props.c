@@ -222,6 +222,60 @@ static void test_auto_quality(void **state) {
   }
 }
 
+/* AUTO where the cap leaves almost no room (token fill above 99.7 % at the
+ * micro-batch lower bound): the first fit probe, the count it starts from
+ * and the packing it keeps aside. Caps are chosen from the batch so that
+ * the fill at the bound is 99.7 to 99.99 %; every plan must keep every rule
+ * (check_plan: cap, every index once, equal counts, bounds) and be
+ * deterministic, and the count may exceed the bound by at most two. The
+ * large RL batch at cap 16384 is one where first fit needs more than the
+ * bound (bench/planner/README.md), so the probe's jump is exercised. */
+static void test_auto_tight_fill(void **state) {
+  (void)state;
+  enum { N = 65536 };
+  static uint32_t lengths[N];
+  int tight = 0, above = 0;
+  for (uint64_t seed = 1; seed <= 4; seed++) {
+    test_rng_t r = {seed * 977};
+    uint32_t n = seed == 1 ? N : 3000;
+    uint64_t total = 0;
+    uint32_t longest = 0;
+    for (uint32_t i = 0; i < n; i++) {
+      lengths[i] = test_rl_length(&r, seed == 1 ? 15360 : 6000);
+      total += lengths[i];
+      longest = lengths[i] > longest ? lengths[i] : longest;
+    }
+    static const uint32_t dps[] = {8, 64};
+    for (int d = 0; d < 2; d++) {
+      for (uint32_t k = 0; k < 4; k++) {
+        uint64_t cap;
+        if (seed == 1 && k == 0) {
+          cap = 16384;
+        } else {
+          double fill = 0.997 + 0.0029 * test_uniform(&r);
+          uint32_t m = 2 + test_below(&r, seed == 1 ? 40 : 12);
+          cap = (uint64_t)((double)total / (fill * dps[d] * m)) + 1;
+        }
+        if (cap < longest)
+          continue;
+        pk_request_t req = {.lengths = lengths, .n = n};
+        req.parallel.dp = dps[d];
+        req.batching.max_tokens = (uint32_t)cap;
+        pk_stats_t st;
+        assert_int_equal(plan_and_check(&req, &st), 0);
+        assert_true(st.micro_batches_per_rank <= st.micro_batches_lower_bound + 2);
+        tight += (double)total > 0.99 * (double)cap * dps[d] * st.micro_batches_lower_bound;
+        above += st.micro_batches_per_rank > st.micro_batches_lower_bound;
+      }
+    }
+  }
+  /* The caps above must really be tight at the bound, and some must need
+   * more micro-batches than the bound. */
+  print_message("tight %d, above the bound %d\n", tight, above);
+  assert_true(tight >= 10);
+  assert_true(above >= 1);
+}
+
 /* Zero-length sequences are planned like any other: one index, a zero-width
  * slot, no cost, no loss. */
 static void test_zero_length_sequences(void **state) {
@@ -250,7 +304,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_requests),       cmocka_unit_test(test_every_algorithm_pair),
       cmocka_unit_test(test_real_workloads),        cmocka_unit_test(test_auto_quality),
-      cmocka_unit_test(test_zero_length_sequences),
+      cmocka_unit_test(test_zero_length_sequences), cmocka_unit_test(test_auto_tight_fill),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
