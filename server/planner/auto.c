@@ -17,7 +17,11 @@
  *   - pk_auto_pack_bins_first, when the batch nearly fills M columns (or the level
  *     packing does not fit): first fit decreasing over all micro-batches,
  *     then micro-batches sorted by cost and dealt in tiers of dp (tier j is
- *     column j).
+ *     column j). Above 99 % fill one probe pass (ffd_min_micro) gives the
+ *     first count first fit fills, and is that count's packing.
+ *   - pk_auto_pack_best runs the level and the tier packing and keeps the
+ *     lower step cost; the tier packing is skipped when the level packing is
+ *     within 0.1 % of the step bound.
  *   - with equal_count, pk_auto_pack_tiers: tiers of dp like items, one per
  *     micro-batch, so every rank gets the same count.
  *   - pk_auto_refine_columns: moves and swaps inside each column between its
