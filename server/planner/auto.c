@@ -328,9 +328,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
   }
   saved_bins = pk_malloc_array((size_t)max_m * dp, sizeof *saved_bins);
   saved_item_bin = pk_malloc_array(n, sizeof *saved_item_bin);
-  ffd_bins = pk_malloc_array((size_t)max_m * dp, sizeof *ffd_bins);
-  ffd_item_bin = pk_malloc_array(n, sizeof *ffd_item_bin);
-  if (saved_bins == NULL || saved_item_bin == NULL || ffd_bins == NULL || ffd_item_bin == NULL) {
+  if (saved_bins == NULL || saved_item_bin == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "%u sequences: out of memory", n);
     goto done;
   }
@@ -394,9 +392,17 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       /* Nearly full: first fit decreasing, the tightest packer here, goes
        * first; when it fails the column packings (less tight) are not
        * tried at this count. When it fits, they are tried and the better is
-       * kept if one fits too (better columns); else first fit is packed
-       * again. One probe pass (ffd_min_micro) tells the counts first fit
-       * cannot fill, so those are not packed at all. */
+       * kept if one fits too (better columns); else the first fit packing,
+       * kept aside, is restored. One probe pass (ffd_min_micro) tells the
+       * counts first fit cannot fill, so those are not packed at all. */
+      if (ffd_bins == NULL) {
+        ffd_bins = pk_malloc_array((size_t)max_m * dp, sizeof *ffd_bins);
+        ffd_item_bin = pk_malloc_array(n, sizeof *ffd_item_bin);
+        if (ffd_bins == NULL || ffd_item_bin == NULL) {
+          rc = pk_fail(err, errlen, PK_ENOMEM, "%u sequences: out of memory", n);
+          goto done;
+        }
+      }
       if (ffd_m == 0) {
         /* The probe's packing is first fit at the first count it fits. */
         ffd_m = ffd_min_micro(&s, order, max_m);

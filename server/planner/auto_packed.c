@@ -457,7 +457,7 @@ int pk_auto_refine_columns(auto_state_t *s) {
           /* A swap a <-> b moves d = ca - cb from x to y: the new maximum
            * max(cx - d, cy + d) is least for d nearest gap / 2, so only
            * the two items of y around cost ca - gap / 2 are candidates
-           * (the cheaper one first fails the room check if any does). */
+           * (each still checked against the cap on both sides). */
           double target = ca - gap / 2;
           uint32_t lo = 0, hi = ny;
           while (lo < hi) {
