@@ -403,9 +403,26 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
           goto done;
         }
       }
+      bool repaired = false;
       if (ffd_m == 0) {
         /* The probe's packing is first fit at the first count it fits. */
         ffd_m = ffd_min_micro(&s, order, max_m);
+        uint32_t top = m;
+        while (ffd_m != UINT32_MAX && top < ffd_m && top <= max_m)
+          top += cfg->group;
+        if (ffd_m != UINT32_MAX && top > m && top <= max_m) {
+          /* First fit needs more than the bound: repair it at fewer. */
+          uint32_t fit = top;
+          rc = pk_auto_repair_down(&s, order, m, top, cfg->group, saved_bins, saved_item_bin,
+                                   &fit);
+          if (rc != 0) {
+            pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
+            goto done;
+          }
+          repaired = fit < top;
+          if (repaired)
+            ffd_m = fit;
+        }
         while (ffd_m != UINT32_MAX && m < ffd_m && m <= max_m)
           m += cfg->group;
         if (ffd_m == UINT32_MAX || m > max_m)
@@ -416,11 +433,13 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
         rc = m < ffd_m ? PK_EPRECOND : pk_auto_pack_bins_first(&s, order);
       }
       if (rc == 0) {
-        /* Kept aside, so that it need not be packed again. */
+        /* Kept aside, so that it need not be packed again. The column
+         * packings are less tight than first fit: below the count first fit
+         * fills on its own (a repaired count) they are not tried. */
         size_t nbins = (size_t)m * dp;
         memcpy(ffd_bins, s.bins, nbins * sizeof *ffd_bins);
         memcpy(ffd_item_bin, s.item_bin, (size_t)n * sizeof *ffd_item_bin);
-        rc = pk_auto_pack_best(&s, order, saved_bins, saved_item_bin);
+        rc = repaired ? PK_EPRECOND : pk_auto_pack_best(&s, order, saved_bins, saved_item_bin);
         if (rc == PK_EPRECOND) {
           memcpy(s.bins, ffd_bins, nbins * sizeof *ffd_bins);
           memcpy(s.item_bin, ffd_item_bin, (size_t)n * sizeof *ffd_item_bin);

@@ -65,6 +65,18 @@ int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bi
                       uint32_t *saved_item_bin);
 int pk_auto_refine_columns(auto_state_t *s);
 
+/* First fit repair (auto_repair.c). On entry s->bins and s->item_bin hold
+ * first fit decreasing over `top` x dp micro-batches with every item placed.
+ * Tries top - group, top - 2 group, ... (not below lo): each count takes the
+ * items of the micro-batches beyond it and places them into the others
+ * (swaps gather room); stops at the first count that fails. *count is the
+ * lowest count reached (top when none), and s->bins, s->item_bin hold its
+ * packing (micro-batches beyond it empty). save_* are scratch for top x dp
+ * micro-batches and n items. Returns 0 or PK_ENOMEM. */
+int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
+                        uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin,
+                        uint32_t *count);
+
 /* PADDED (auto_padded.c). */
 int pk_auto_pack_padded_groups(auto_state_t *s, const uint32_t *order, uint32_t m);
 int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,

@@ -1,0 +1,209 @@
+/* Repair of a first fit packing, to reach a count first fit cannot fill.
+ *
+ * When a batch nearly fills M x dp micro-batches, first fit decreasing
+ * leaves a few items out ("leftovers") while the room left is spread over
+ * many micro-batches in gaps each smaller than the leftovers (at 99.9 %
+ * fill: ~300K tokens of room in ~2900 gaps below 450 tokens, 37 leftovers of
+ * ~470 tokens). The repair gathers room for one leftover x at a time: it
+ * takes the roomiest micro-batch A and swaps an item a of A with a smaller
+ * item b of another micro-batch B whose room takes the difference
+ * (size a - size b <= room of B), so A gains that difference and B fills up.
+ * Once A's room reaches x, x joins A. A swap keeps every item count, so
+ * max_seqs holds; every step keeps every micro-batch under the cap.
+ *
+ * First fit over c x dp micro-batches is the first c x dp micro-batches of
+ * first fit over more, with the items beyond them left out: first fit puts
+ * an item into the first micro-batch with room, so micro-batches after the
+ * first c x dp never change the choice among them. So one first fit pass
+ * gives the leftovers of every count, and the repair walks the counts down
+ * from the pass's own one. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "auto_internal.h"
+
+/* Swaps tried for one leftover before the count is given up. */
+#define PK_REPAIR_SWAPS 64
+#ifndef PK_REPAIR_PARTNERS
+#define PK_REPAIR_PARTNERS 256
+#endif
+
+typedef struct repair {
+  auto_state_t *s;
+  uint32_t nbins;
+  uint32_t *head; /* Per micro-batch: its first item (UINT32_MAX: none). */
+  uint32_t *next; /* Per item: the next item of its micro-batch. */
+} repair_t;
+
+static void set_room(repair_t *r, uint32_t i) {
+  pk_tree_set(&r->s->bins_rt, i, pk_auto_bin_room(r->s, i));
+}
+
+/* The best swap between micro-batches a_bin (gaining) and b_bin: the
+ * smallest gain >= want when there is one, else the largest gain. A gain is
+ * size a - size b for a in a_bin, b in b_bin, at most b_bin's room. Returns
+ * the gain (0: no swap) and the two items. */
+static uint64_t best_swap(const repair_t *r, uint32_t a_bin, uint32_t b_bin, uint64_t want,
+                          uint32_t *ka, uint32_t *kb) {
+  const uint64_t *size = r->s->ctx->size;
+  uint64_t room = pk_auto_bin_room(r->s, b_bin), best = 0;
+  bool reached = false;
+  for (uint32_t a = r->head[a_bin]; a != UINT32_MAX; a = r->next[a]) {
+    for (uint32_t b = r->head[b_bin]; b != UINT32_MAX; b = r->next[b]) {
+      if (size[a] <= size[b] || size[a] - size[b] > room)
+        continue;
+      uint64_t gain = size[a] - size[b];
+      bool better = reached ? gain >= want && gain < best : gain > best;
+      if (better) {
+        best = gain;
+        reached = gain >= want;
+        *ka = a;
+        *kb = b;
+      }
+    }
+  }
+  return best;
+}
+
+/* Makes room for `need` tokens in micro-batch a_bin by swaps; false when
+ * PK_REPAIR_SWAPS swaps do not reach it. */
+static bool gather_room(repair_t *r, uint32_t a_bin, uint64_t need) {
+  auto_state_t *s = r->s;
+  /* Partners are searched from a little before a_bin: first fit fills its
+   * micro-batches in size order, so the neighbours hold items of like size,
+   * the ones whose differences are small enough to swap. */
+  uint32_t start = a_bin > PK_REPAIR_PARTNERS / 2 ? a_bin - PK_REPAIR_PARTNERS / 2 : 0;
+  for (int swaps = 0; swaps < PK_REPAIR_SWAPS; swaps++) {
+    uint64_t room = pk_auto_bin_room(s, a_bin);
+    if (room >= need)
+      return true;
+    uint64_t want = need - room;
+    /* Up to PK_REPAIR_PARTNERS micro-batches with room >= the threshold,
+     * from start on, wrapping; the threshold halves while none has a swap. */
+    uint64_t gain = 0, threshold = want;
+    uint32_t ka = 0, kb = 0, b_best = UINT32_MAX;
+    for (; gain == 0 && threshold > 0; threshold /= 2) {
+      uint32_t at = start, seen = 0;
+      bool wrapped = false;
+      while (seen < PK_REPAIR_PARTNERS && gain < want) {
+        at = pk_tree_find(&s->bins_rt, at, threshold);
+        if (at == UINT32_MAX || at >= r->nbins) {
+          if (wrapped)
+            break;
+          wrapped = true;
+          at = 0;
+          continue;
+        }
+        if (wrapped && at >= start)
+          break;
+        seen++;
+        uint32_t a = 0, b = 0;
+        uint64_t g = at == a_bin ? 0 : best_swap(r, a_bin, at, want, &a, &b);
+        if (gain >= want ? g >= want && g < gain : g > gain) {
+          gain = g;
+          ka = a;
+          kb = b;
+          b_best = at;
+        }
+        at++;
+      }
+    }
+    if (gain == 0)
+      return false;
+    pk_auto_move_item(s, r->head, r->next, ka, b_best);
+    pk_auto_move_item(s, r->head, r->next, kb, a_bin);
+    set_room(r, a_bin);
+    set_room(r, b_best);
+  }
+  return pk_auto_bin_room(s, a_bin) >= need;
+}
+
+/* Repairs first fit at count c: the items beyond c x dp micro-batches are
+ * placed into the first c x dp. 0 when they all are, PK_EPRECOND when not
+ * (s->bins and s->item_bin are then partly changed). */
+static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) {
+  auto_state_t *s = r->s;
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t n = ctx->n, nbins = r->nbins, nleft = 0;
+  uint64_t left_size = 0, room = 0;
+  for (uint32_t j = 0; j < n; j++) {
+    uint32_t k = order[j];
+    if (s->item_bin[k] >= nbins) {
+      leftover[nleft++] = k;
+      left_size += PK_MAX(ctx->size[k], 1);
+    }
+  }
+  for (uint32_t i = 0; i < nbins; i++)
+    room += pk_auto_bin_room(s, i);
+  if (left_size > room)
+    return PK_EPRECOND;
+  for (uint32_t i = 0; i < nbins; i++)
+    r->head[i] = UINT32_MAX;
+  for (uint32_t j = n; j-- > 0;) {
+    uint32_t k = order[j], b = s->item_bin[k];
+    if (b < nbins) {
+      r->next[k] = r->head[b];
+      r->head[b] = k;
+    }
+  }
+  room_tree_t *rt = &s->bins_rt;
+  for (uint32_t i = 0; i < rt->leaves; i++)
+    rt->t[rt->leaves + i] = i < nbins ? pk_auto_bin_room(s, i) : 0;
+  pk_tree_rebuild(rt);
+  /* Leftovers largest first (order is size-descending). */
+  for (uint32_t j = 0; j < nleft; j++) {
+    uint32_t k = leftover[j];
+    uint64_t need = PK_MAX(ctx->size[k], 1);
+    uint32_t at = pk_tree_find(rt, 0, need);
+    if (at == UINT32_MAX || at >= nbins) {
+      /* The roomiest micro-batch gathers the room. */
+      if (rt->t[1] == 0)
+        return PK_EPRECOND;
+      at = pk_tree_find(rt, 0, rt->t[1]);
+      if (!gather_room(r, at, need))
+        return PK_EPRECOND;
+    }
+    pk_bin_add(ctx, &s->bins[at], k);
+    s->item_bin[k] = at;
+    r->next[k] = r->head[at];
+    r->head[at] = k;
+    set_room(r, at);
+  }
+  return 0;
+}
+
+int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
+                        uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin,
+                        uint32_t *count) {
+  uint32_t n = s->ctx->n, dp = s->dp;
+  int rc = 0;
+  repair_t r = {.s = s};
+  r.head = pk_malloc_array((size_t)top * dp, sizeof *r.head);
+  r.next = pk_malloc_array(n, sizeof *r.next);
+  uint32_t *leftover = pk_malloc_array(n, sizeof *leftover);
+  *count = top;
+  if (r.head == NULL || r.next == NULL || leftover == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  while (*count >= lo + group) {
+    uint32_t c = *count - group;
+    size_t kept = (size_t)*count * dp;
+    memcpy(save_bins, s->bins, kept * sizeof *save_bins);
+    memcpy(save_item_bin, s->item_bin, (size_t)n * sizeof *save_item_bin);
+    r.nbins = c * dp;
+    if (repair_count(&r, order, leftover) != 0) {
+      memcpy(s->bins, save_bins, kept * sizeof *save_bins);
+      memcpy(s->item_bin, save_item_bin, (size_t)n * sizeof *save_item_bin);
+      break;
+    }
+    /* The micro-batches beyond c are empty now. */
+    memset(s->bins + r.nbins, 0, (kept - r.nbins) * sizeof *s->bins);
+    *count = c;
+  }
+done:
+  free(r.head);
+  free(r.next);
+  free(leftover);
+  return rc;
+}
