@@ -413,8 +413,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
         if (ffd_m != UINT32_MAX && top > m && top <= max_m) {
           /* First fit needs more than the bound: repair it at fewer. */
           uint32_t fit = top;
-          rc = pk_auto_repair_down(&s, order, m, top, cfg->group, saved_bins, saved_item_bin,
-                                   &fit);
+          rc = pk_auto_repair_down(&s, order, m, top, cfg->group, saved_bins, saved_item_bin, &fit);
           if (rc != 0) {
             pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
             goto done;
