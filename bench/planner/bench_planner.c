@@ -716,6 +716,51 @@ int main(int argc, char **argv) {
              r[1].ms, r[1].st.dp_imbalance);
     }
   }
+  /* Micro-batch counts over many random rollout batches: the grid above has
+   * one batch per configuration, and near 100 % token fill whether first
+   * fit (and its repair) reaches the bound depends on the batch. */
+  if (!quick) {
+    enum { SWEEP = 20 };
+    printf("\n## AUTO micro-batches per rank over %d random rollout batches (n = 65536, "
+           "PACKED)\n\n",
+           SWEEP);
+    printf("| dp | cap | = LB | LB+1 | above LB+1 | worst | median ms |\n");
+    printf("|---:|---:|---:|---:|---:|---:|---:|\n");
+    static const uint32_t sweep_dps[] = {8, 64};
+    static const uint64_t sweep_caps[] = {16384, 32768};
+    for (size_t di = 0; di < 2; di++) {
+      for (size_t ci = 0; ci < 2; ci++) {
+        uint32_t at[3] = {0, 0, 0}, worst = 0;
+        double ms[SWEEP];
+        for (uint32_t b = 0; b < SWEEP; b++) {
+          fprintf(stderr, "[sweep %6.1fs] dp=%u cap=%llu batch %u\n", (now_ms() - t_start) / 1e3,
+                  sweep_dps[di], (unsigned long long)sweep_caps[ci], b);
+          gen_rollout(0x73770000ull + b, 65536, len, loss);
+          pk_request_t req;
+          memset(&req, 0, sizeof req);
+          req.lengths = len;
+          req.loss_tokens = loss;
+          req.n_loss_tokens = 65536;
+          req.n = 65536;
+          req.parallel.dp = sweep_dps[di];
+          req.batching.max_tokens = sweep_caps[ci];
+          result_t r;
+          measure(&req, 1, &r);
+          if (r.failed) {
+            printf("batch %u failed: %s\n", b, r.why);
+            return 1;
+          }
+          ms[b] = r.ms;
+          uint32_t over = r.st.micro_batches_per_rank - r.st.micro_batches_lower_bound;
+          at[over < 2 ? over : 2]++;
+          worst = over > worst ? over : worst;
+        }
+        qsort(ms, SWEEP, sizeof ms[0], cmp_double);
+        printf("| %u | %llu | %u | %u | %u | LB+%u | %.1f |\n", sweep_dps[di],
+               (unsigned long long)sweep_caps[ci], at[0], at[1], at[2], worst, ms[SWEEP / 2]);
+      }
+    }
+  }
   fprintf(stderr, "bench_planner: done in %.1f s\n", (now_ms() - t_start) / 1e3);
 
   free(len);

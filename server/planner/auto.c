@@ -18,7 +18,10 @@
  *     packing does not fit): first fit decreasing over all micro-batches,
  *     then micro-batches sorted by cost and dealt in tiers of dp (tier j is
  *     column j). Above 99 % fill one probe pass (ffd_min_micro) gives the
- *     first count first fit fills, and is that count's packing.
+ *     first count first fit fills, and is that count's packing; when that
+ *     count is above the bound, pk_auto_repair_down (auto_repair.c) tries
+ *     fewer: the items first fit leaves out go in after swaps gather room,
+ *     and the column packings are not tried at a repaired count.
  *   - pk_auto_pack_best runs the level and the tier packing and keeps the
  *     lower step cost; the tier packing is skipped when the level packing is
  *     within 0.1 % of the step bound.
