@@ -410,25 +410,24 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       if (ffd_m == 0) {
         /* The probe's packing is first fit at the first count it fits. */
         ffd_m = ffd_min_micro(&s, order, max_m);
-        uint32_t top = m;
-        while (ffd_m != UINT32_MAX && top < ffd_m && top <= max_m)
-          top += cfg->group;
-        if (ffd_m != UINT32_MAX && top > m && top <= max_m) {
-          /* First fit needs more than the bound: repair it at fewer. */
-          uint32_t fit = top;
-          rc = pk_auto_repair_down(&s, order, m, top, cfg->group, saved_bins, saved_item_bin, &fit);
-          if (rc != 0) {
-            pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
-            goto done;
-          }
-          repaired = fit < top;
-          if (repaired)
-            ffd_m = fit;
-        }
+        uint32_t bound = m;
         while (ffd_m != UINT32_MAX && m < ffd_m && m <= max_m)
           m += cfg->group;
         if (ffd_m == UINT32_MAX || m > max_m)
           continue; /* Fails at the top of the loop. */
+        if (m > bound) {
+          /* First fit needs more than the bound: repair it at fewer. */
+          uint32_t fit = m;
+          rc = pk_auto_repair_down(&s, order, bound, m, cfg->group, saved_bins, saved_item_bin,
+                                   &fit);
+          if (rc != 0) {
+            pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
+            goto done;
+          }
+          repaired = fit < m;
+          if (repaired)
+            ffd_m = m = fit;
+        }
         s.m = m;
         rc = pk_auto_bins_finish(&s, order);
       } else {

@@ -2,11 +2,10 @@
  *
  * When a batch nearly fills M x dp micro-batches, first fit decreasing
  * leaves a few items out ("leftovers") while the room left is spread over
- * many micro-batches in gaps each smaller than the leftovers (at 99.9 %
- * fill: ~300K tokens of room in ~2900 gaps below 450 tokens, 37 leftovers of
- * ~470 tokens). The repair gathers room for one leftover x at a time: it
- * takes the roomiest micro-batch A and swaps an item a of A with a smaller
- * item b of another micro-batch B whose room takes the difference
+ * many micro-batches in gaps each smaller than the leftovers. The repair
+ * gathers room for one leftover x at a time: it takes the roomiest
+ * micro-batch A and swaps an item a of A with a smaller item b of another
+ * micro-batch B whose room takes the difference
  * (size a - size b <= room of B), so A gains that difference and B fills up.
  * Once A's room reaches x, x joins A. A swap keeps every item count, so
  * max_seqs holds; every step keeps every micro-batch under the cap.
@@ -165,14 +164,18 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
       left_size += PK_MAX(ctx->size[k], 1);
     }
   }
-  for (uint32_t i = 0; i < nbins; i++)
-    room += pk_auto_bin_room(s, i);
+  room_tree_t *rt = &s->bins_rt;
+  for (uint32_t i = 0; i < rt->leaves; i++) {
+    rt->t[rt->leaves + i] = i < nbins ? pk_auto_bin_room(s, i) : 0;
+    room += rt->t[rt->leaves + i];
+  }
   /* Worth trying only when the leftovers need a small share of the room:
-   * on generated RL batches (n 65536, DP 8/64, caps 16K/32K) the repair
-   * placed everything at shares 0.05-0.09 and failed, after 10-25 ms, at
-   * 0.11-0.6 (with one exception at 0.31, cap 32K). */
+   * with more, the exchanges run out of partners before every leftover is
+   * placed, and the failed try costs as much as a whole plan (the note on
+   * issue 2, session 4, has the offline measurements). */
   if (left_size > room / PK_REPAIR_ROOM_SHARE)
     return PK_EPRECOND;
+  pk_tree_rebuild(rt);
   for (uint32_t i = 0; i < nbins; i++)
     r->head[i] = UINT32_MAX;
   for (uint32_t j = n; j-- > 0;) {
@@ -182,10 +185,6 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
       r->head[b] = k;
     }
   }
-  room_tree_t *rt = &s->bins_rt;
-  for (uint32_t i = 0; i < rt->leaves; i++)
-    rt->t[rt->leaves + i] = i < nbins ? pk_auto_bin_room(s, i) : 0;
-  pk_tree_rebuild(rt);
   /* Leftovers largest first (order is size-descending). */
   for (uint32_t j = 0; j < nleft; j++) {
     uint32_t k = leftover[j];
