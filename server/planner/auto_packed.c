@@ -373,19 +373,29 @@ int pk_auto_refine_columns(auto_state_t *s) {
   uint32_t nbins = m * dp;
   uint32_t *head = pk_malloc_array(nbins, sizeof *head);
   uint32_t *next = pk_malloc_array(n, sizeof *next);
-  uint32_t ys[PK_REFINE_SCAN];
-  if (head == NULL || next == NULL) {
+  /* With one or two columns (the wide search below), every micro-batch
+   * keeps its first PK_REFINE_SCAN items sorted by cost ascending until it
+   * changes: the cheapest micro-batches of a column stay partners over many
+   * steps. Otherwise one scratch row is sorted afresh for each partner. */
+  bool wide = m <= 2;
+  uint32_t rows = wide ? nbins : 1;
+  uint32_t *sorted = pk_malloc_array((size_t)rows * PK_REFINE_SCAN, sizeof *sorted);
+  uint32_t *nsorted = pk_malloc_array(rows, sizeof *nsorted);
+  if (head == NULL || next == NULL || sorted == NULL || nsorted == NULL) {
     free(head);
     free(next);
+    free(sorted);
+    free(nsorted);
     return PK_ENOMEM;
   }
   for (uint32_t i = 0; i < nbins; i++)
     head[i] = UINT32_MAX;
+  for (uint32_t i = 0; i < rows; i++)
+    nsorted[i] = UINT32_MAX; /* Not sorted yet. */
   for (uint32_t k = n; k-- > 0;) {
     next[k] = head[s->item_bin[k]];
     head[s->item_bin[k]] = k;
   }
-  bool wide = m <= 2;
   uint32_t partners = wide ? PK_REFINE_PARTNERS : 2, scan = wide ? PK_REFINE_SCAN : 16;
   uint32_t iters = (wide ? 4 : 2) * dp;
   double tol = wide ? 2e-5 : 5e-4;
@@ -432,14 +442,20 @@ int pk_auto_refine_columns(auto_state_t *s) {
         /* Bounded work: at most `scan` items of each side are looked at
          * (micro-batches with many items are level already). y's items
          * sorted by cost ascending, for the swap search below. */
-        uint32_t ny = 0;
-        for (uint32_t b = head[y]; b != UINT32_MAX && ny < scan; b = next[b]) {
-          uint32_t at = ny++;
-          while (at > 0 && ctx->cost[ys[at - 1]] > ctx->cost[b]) {
-            ys[at] = ys[at - 1];
-            at--;
+        uint32_t row = wide ? y : 0;
+        uint32_t *ys = &sorted[(size_t)row * PK_REFINE_SCAN];
+        uint32_t ny = wide ? nsorted[row] : UINT32_MAX;
+        if (ny == UINT32_MAX) {
+          ny = 0;
+          for (uint32_t b = head[y]; b != UINT32_MAX && ny < scan; b = next[b]) {
+            uint32_t at = ny++;
+            while (at > 0 && ctx->cost[ys[at - 1]] > ctx->cost[b]) {
+              ys[at] = ys[at - 1];
+              at--;
+            }
+            ys[at] = b;
           }
-          ys[at] = b;
+          nsorted[row] = ny;
         }
         uint32_t na = 0;
         for (uint32_t a = head[x]; a != UINT32_MAX && na < scan; a = next[a], na++) {
@@ -489,10 +505,14 @@ int pk_auto_refine_columns(auto_state_t *s) {
       pk_auto_move_item(s, head, next, ba, by);
       if (bb != UINT32_MAX)
         pk_auto_move_item(s, head, next, bb, x);
+      if (wide)
+        nsorted[x] = nsorted[by] = UINT32_MAX;
     }
   }
   free(head);
   free(next);
+  free(sorted);
+  free(nsorted);
   return 0;
 }
 

@@ -155,7 +155,22 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  * sharper: k columns are k x dp groups, and no k x dp groups hold more of
  * the largest items than the first k x dp groups of the exact greedy
  * grouping (pk_micro_lower_bound), so l_{k+1} is at least the cost of the
- * first item those groups leave out. */
+ * first item those groups leave out.
+ *
+ * PADDED also sharpens (b): a row wider than cap / 2 (every row when
+ * max_seqs is 1) fills its micro-batch alone ("a single"), so k columns of
+ * k x dp micro-batches with s singles among them hold the costs of at most
+ * the s costliest singles plus what k x dp - s micro-batches of the other
+ * items hold: F(k x dp - s), F(g) the costliest g x cap tokens of those
+ * items, fractionally, and at most g x max_seqs of them. U_k is the largest
+ * of these over s. A single's marginal worth (its cost) falls with s, and F
+ * is concave (the minimum of the token-limited and the count-limited walks,
+ * both concave as the items are read largest first), so the largest is
+ * reached by handing the k x dp micro-batches out one at a time to
+ * whichever is worth more, the next single or the next micro-batch of
+ * others, and U_k grows from U_{k-1} by dp such steps. */
+static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cost, uint32_t m);
+
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
@@ -219,6 +234,8 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
     if (k < m)
       lvl[k + 1] = first_out < n ? ctx->cost[by[first_out]] : 0;
   }
+  if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
+    padded_hold(ctx, by, cap_cost, m);
   /* suffix[k] = sum of l_j for j > k. */
   double best = plain, prefix = 0, suffix = 0;
   for (uint32_t j = 1; j <= m; j++)
@@ -236,4 +253,63 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
   free(lvl);
   free(cap_cost);
   return best;
+}
+
+/* The most cost the micro-batches of k columns hold in PADDED mode, for k =
+ * 1..m, into cap_cost[k] (see pk_step_lower_bound): singles (the prefix of
+ * the size-descending order whose rows stand alone) against micro-batches
+ * of the other items, each worth the next cap tokens (at most max_seqs
+ * items) of them, fractionally. Only ever lowers cap_cost[k]. */
+static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cost, uint32_t m) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n;
+  uint64_t cap = cfg->cap;
+  uint32_t singles = 0;
+  while (singles < n && (cfg->max_seqs == 1 || ctx->size[by[singles]] > cap / 2))
+    singles++;
+  /* The walk over the other items: whole items [singles, p) so far, with
+   * their tokens and cost, and the value F(g) of g micro-batches. */
+  uint32_t p = singles, taken = 0;
+  uint64_t tokens = 0;
+  double whole = 0, f_prev = 0, f_next = 0;
+  uint64_t g = 0; /* Micro-batches of others handed out. */
+  bool next_known = false;
+  uint32_t s = 0; /* Singles handed out. */
+  double held = 0;
+  uint64_t slots = 0;
+  for (uint32_t k = 1; k <= m; k++) {
+    uint64_t goal = (uint64_t)k * cfg->dp;
+    while (slots < goal) {
+      if (!next_known) {
+        /* F(g + 1): walk while both limits of g + 1 micro-batches allow. */
+        uint64_t tok_lim = (g + 1) * cap;
+        uint64_t cnt_lim =
+            cfg->max_seqs == UINT32_MAX ? UINT64_MAX : (g + 1) * (uint64_t)cfg->max_seqs;
+        while (p < n && tokens + ctx->size[by[p]] <= tok_lim && taken < cnt_lim) {
+          tokens += ctx->size[by[p]];
+          whole += ctx->cost[by[p]];
+          p++;
+          taken++;
+        }
+        f_next = whole;
+        if (p < n && taken < cnt_lim && ctx->size[by[p]] > 0)
+          f_next += ctx->cost[by[p]] * (double)(tok_lim - tokens) / (double)ctx->size[by[p]];
+        next_known = true;
+      }
+      double single = s < singles ? ctx->cost[by[s]] : 0;
+      double other = f_next - f_prev;
+      if (s < singles && single >= other) {
+        held += single;
+        s++;
+      } else {
+        held += other;
+        f_prev = f_next;
+        g++;
+        next_known = false;
+      }
+      slots++;
+    }
+    if (held < cap_cost[k])
+      cap_cost[k] = held;
+  }
 }

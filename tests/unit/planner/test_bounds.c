@@ -134,11 +134,34 @@ static void test_step_bound_cap(void **state) {
   fx_free(&f);
 }
 
+/* PADDED: rows wider than cap / 2 stand alone. Rows 90 and 51 and six of
+ * 10 on 2 ranks x 2 micro-batches, cap 100, cost = tokens: one column can
+ * hold both singles, or one single and at most 60 of the small rows, so it
+ * holds at most 150 of the 201 and the other column's level is at least
+ * (201 - 150) / 2. The bound is 90 + 25.5 = 115.5; the optimum puts the
+ * singles together (level 90) and splits the small rows 3 + 3 (level 30):
+ * 120. Counting the singles' tokens as if small rows could share their
+ * micro-batches (the token bound alone) gives only max(201 / 2, 90 + 10). */
+static void test_step_bound_padded_singles(void **state) {
+  (void)state;
+  uint32_t lens[] = {90, 51, 10, 10, 10, 10, 10, 10};
+  fx_t f;
+  fx_init(&f, lens, 8, 2, PK_MODE_PADDED, 100);
+  f.cfg.lin = 1;
+  f.cfg.quad = 0;
+  fx_build(&f);
+  double bound = pk_step_lower_bound(&f.ctx, 2);
+  assert_true(fabs(bound - 115.5) < 1e-6);
+  assert_true(fabs(brute_force(&f, 2) - 120) < 1e-6);
+  fx_free(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bounds_packed),
       cmocka_unit_test(test_bounds_padded),
       cmocka_unit_test(test_step_bound_cap),
+      cmocka_unit_test(test_step_bound_padded_singles),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
