@@ -171,6 +171,30 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  * others, and U_k grows from U_{k-1} by dp such steps. */
 static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cost, uint32_t m);
 
+/* A walk over by[from..n), largest first, taking whole items. */
+typedef struct hold_walk {
+  uint32_t from, at; /* Items [from, at) are taken. */
+  uint64_t tokens;
+  double cost;
+} hold_walk_t;
+
+/* Takes items while tok_lim tokens and cnt_lim items allow, and returns the
+ * most cost that many tokens and items hold: the items taken plus the
+ * fitting fraction of the next one, unless the count limit stopped it. */
+static double hold_walk_to(const pk_ctx_t *ctx, const uint32_t *by, hold_walk_t *w,
+                           uint64_t tok_lim, uint64_t cnt_lim) {
+  uint32_t n = ctx->n;
+  while (w->at < n && w->tokens + ctx->size[by[w->at]] <= tok_lim && w->at - w->from < cnt_lim) {
+    w->tokens += ctx->size[by[w->at]];
+    w->cost += ctx->cost[by[w->at]];
+    w->at++;
+  }
+  double held = w->cost;
+  if (w->at < n && w->at - w->from < cnt_lim && ctx->size[by[w->at]] > 0 && tok_lim != UINT64_MAX)
+    held += ctx->cost[by[w->at]] * (double)(tok_lim - w->tokens) / (double)ctx->size[by[w->at]];
+  return held;
+}
+
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
@@ -195,9 +219,8 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
   }
   /* One pass over the items, largest first, with the token and count
    * limits of k columns for k = 1..m. */
-  uint64_t tokens = 0, cap = cfg->cap;
-  double cost = 0;
-  uint32_t i = 0;
+  uint64_t cap = cfg->cap;
+  hold_walk_t walk = {0};
   /* PADDED: items covered by the first k x dp greedy groups (the most of
    * the largest items k columns can hold, by the exactness of the greedy
    * grouping on every prefix). */
@@ -209,18 +232,8 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
     uint64_t tok_lim = cap == UINT64_MAX ? UINT64_MAX : (uint64_t)k * cfg->dp * cap;
     uint64_t cnt_lim =
         cfg->max_seqs == UINT32_MAX ? UINT64_MAX : (uint64_t)k * cfg->dp * cfg->max_seqs;
-    while (i < n && tokens + ctx->size[by[i]] <= tok_lim && i < cnt_lim) {
-      tokens += ctx->size[by[i]];
-      cost += ctx->cost[by[i]];
-      i++;
-    }
-    /* U_k: whole items so far plus the fitting fraction of the next one,
-     * unless the count limit stopped the walk. */
-    double u = cost;
-    if (i < n && i < cnt_lim && ctx->size[by[i]] > 0 && tok_lim != UINT64_MAX)
-      u += ctx->cost[by[i]] * (double)(tok_lim - tokens) / (double)ctx->size[by[i]];
-    cap_cost[k] = u;
-    uint32_t first_out = i;
+    cap_cost[k] = hold_walk_to(ctx, by, &walk, tok_lim, cnt_lim); /* U_k. */
+    uint32_t first_out = walk.at;
     if (cfg->mode == PK_MODE_PADDED) {
       while (covered < n && groups < (uint64_t)k * cfg->dp) {
         uint64_t w = ctx->size[by[covered]];
@@ -255,6 +268,14 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
   return best;
 }
 
+/* F(g): the most cost g micro-batches hold of the items the walk reads
+ * (g x cap tokens, g x max_seqs items); g never falls between calls. */
+static double others_hold(const pk_ctx_t *ctx, const uint32_t *by, hold_walk_t *walk, uint64_t g) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint64_t cnt_lim = cfg->max_seqs == UINT32_MAX ? UINT64_MAX : g * (uint64_t)cfg->max_seqs;
+  return hold_walk_to(ctx, by, walk, g * cfg->cap, cnt_lim);
+}
+
 /* The most cost the micro-batches of k columns hold in PADDED mode, for k =
  * 1..m, into cap_cost[k] (see pk_step_lower_bound): singles (the prefix of
  * the size-descending order whose rows stand alone) against micro-batches
@@ -267,35 +288,17 @@ static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cos
   uint32_t singles = 0;
   while (singles < n && (cfg->max_seqs == 1 || ctx->size[by[singles]] > cap / 2))
     singles++;
-  /* The walk over the other items: whole items [singles, p) so far, with
-   * their tokens and cost, and the value F(g) of g micro-batches. */
-  uint32_t p = singles, taken = 0;
-  uint64_t tokens = 0;
-  double whole = 0, f_prev = 0, f_next = 0;
-  uint64_t g = 0; /* Micro-batches of others handed out. */
-  bool next_known = false;
+  /* The walk over the other items; F(g) and F(g + 1) for the g
+   * micro-batches of them handed out so far. */
+  hold_walk_t walk = {.from = singles, .at = singles};
+  uint64_t g = 0;
+  double f_prev = 0, f_next = others_hold(ctx, by, &walk, 1);
   uint32_t s = 0; /* Singles handed out. */
   double held = 0;
   uint64_t slots = 0;
   for (uint32_t k = 1; k <= m; k++) {
     uint64_t goal = (uint64_t)k * cfg->dp;
     while (slots < goal) {
-      if (!next_known) {
-        /* F(g + 1): walk while both limits of g + 1 micro-batches allow. */
-        uint64_t tok_lim = (g + 1) * cap;
-        uint64_t cnt_lim =
-            cfg->max_seqs == UINT32_MAX ? UINT64_MAX : (g + 1) * (uint64_t)cfg->max_seqs;
-        while (p < n && tokens + ctx->size[by[p]] <= tok_lim && taken < cnt_lim) {
-          tokens += ctx->size[by[p]];
-          whole += ctx->cost[by[p]];
-          p++;
-          taken++;
-        }
-        f_next = whole;
-        if (p < n && taken < cnt_lim && ctx->size[by[p]] > 0)
-          f_next += ctx->cost[by[p]] * (double)(tok_lim - tokens) / (double)ctx->size[by[p]];
-        next_known = true;
-      }
       double single = s < singles ? ctx->cost[by[s]] : 0;
       double other = f_next - f_prev;
       if (s < singles && single >= other) {
@@ -303,9 +306,9 @@ static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cos
         s++;
       } else {
         held += other;
-        f_prev = f_next;
         g++;
-        next_known = false;
+        f_prev = f_next;
+        f_next = others_hold(ctx, by, &walk, g + 1);
       }
       slots++;
     }
