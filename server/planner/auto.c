@@ -29,6 +29,10 @@
  *     micro-batch, so every rank gets the same count.
  *   - pk_auto_refine_columns: moves and swaps inside each column between its
  *     costliest and cheapest micro-batches while the level falls.
+ *   - pk_auto_lower_columns (auto_lower.c): moves items from each column's
+ *     costliest micro-batches into micro-batches of other columns that stay
+ *     at or below their own level (the first column, whose level is one
+ *     long sequence, often has tokens to spare).
  *  PADDED (rows x widest row):
  *   - pk_auto_pack_padded_groups: runs of like width closed at a target cost found
  *     by bisection, exactly M x dp of them, dealt in tiers of dp by cost;
@@ -454,6 +458,8 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
     }
     if (rc == 0)
       rc = pk_auto_refine_columns(&s);
+    if (rc == 0)
+      rc = pk_auto_lower_columns(&s);
     if (rc == 0)
       break;
     if (rc != PK_EPRECOND) {

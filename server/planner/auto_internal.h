@@ -64,6 +64,9 @@ int pk_auto_pack_tiers(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
                       uint32_t *saved_item_bin);
 int pk_auto_refine_columns(auto_state_t *s);
+/* Moves items from the costliest micro-batches of each column into
+ * micro-batches of other columns below their level (auto_lower.c). */
+int pk_auto_lower_columns(auto_state_t *s);
 
 /* First fit repair (auto_repair.c). On entry s->bins and s->item_bin hold
  * first fit decreasing over `top` x dp micro-batches with every item placed.
