@@ -9,6 +9,10 @@
 
 #include "pk_internal.h"
 
+/* A packing within this fraction of the step bound (bounds.c) is not
+ * improved further: at most that much could be gained. */
+#define PK_AUTO_GOOD_ENOUGH 1e-3
+
 /* Candidate columns or micro-batches tried for one tier or item. */
 #define PK_AUTO_TRIES 16
 

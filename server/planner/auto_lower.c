@@ -21,9 +21,9 @@
 static uint64_t size_for_cost(const pk_cfg_t *cfg, double slack) {
   if (slack <= 0)
     return 0;
-  double s = cfg->quad > 0 ? (-cfg->lin + sqrt(cfg->lin * cfg->lin + 4 * cfg->quad * slack)) /
-                                 (2 * cfg->quad)
-                           : slack / cfg->lin;
+  double s = cfg->quad > 0
+                 ? (-cfg->lin + sqrt(cfg->lin * cfg->lin + 4 * cfg->quad * slack)) / (2 * cfg->quad)
+                 : slack / cfg->lin;
   s *= 1 - 1e-9;
   return s >= (double)UINT64_MAX ? UINT64_MAX : (uint64_t)s;
 }
@@ -65,8 +65,241 @@ static uint32_t find_receiver(const auto_state_t *s, uint64_t size) {
 
 /* The moves per column are bounded by PK_LOWER_MOVES x dp, and each looks
  * at no more than PK_LOWER_SCAN items of the giving micro-batch. */
-#define PK_LOWER_MOVES 8
-#define PK_LOWER_SCAN 64
+#define PK_LOWER_MOVES 4
+#define PK_LOWER_SCAN 32
+
+/* Exchanges: when no item of the costliest micro-batch x fits anywhere
+ * whole, x can still give an item a for the smallest items B of a
+ * micro-batch y with cost to spare (tokens kept within both caps): x falls
+ * by c(a) - c(B) and y rises by as much, which is free when y stays at or
+ * below its column's level (another column) or below x's old cost (x's own
+ * column). y is one of PK_LOWER_PARTNERS micro-batches of other columns
+ * with the most cost to spare, or the cheapest of x's column; each keeps
+ * its PK_LOWER_SCAN first items sorted by size with prefix sums. */
+#define PK_LOWER_PARTNERS 4
+#define PK_LOWER_SUBSET_TRIES 8
+
+typedef struct partner {
+  uint32_t bin, count; /* count items sorted in items[]. */
+  uint32_t items[PK_LOWER_SCAN];
+  uint64_t size_sum[PK_LOWER_SCAN + 1]; /* Prefix sums of sizes. */
+  double cost_sum[PK_LOWER_SCAN + 1];   /* Prefix sums of costs. */
+} partner_t;
+
+typedef struct lower {
+  auto_state_t *s;
+  uint32_t *head, *next;
+  double *level; /* Per column. */
+  partner_t part[PK_LOWER_PARTNERS + 1];
+  uint32_t nparts;
+} lower_t;
+
+/* Loads micro-batch `bin` as a partner: its first items by size ascending. */
+static void partner_load(const lower_t *lw, partner_t *p, uint32_t bin) {
+  const pk_ctx_t *ctx = lw->s->ctx;
+  p->bin = bin;
+  p->count = 0;
+  for (uint32_t b = lw->head[bin]; b != UINT32_MAX && p->count < PK_LOWER_SCAN; b = lw->next[b]) {
+    uint32_t at = p->count++;
+    while (at > 0 && ctx->size[p->items[at - 1]] > ctx->size[b]) {
+      p->items[at] = p->items[at - 1];
+      at--;
+    }
+    p->items[at] = b;
+  }
+  p->size_sum[0] = 0;
+  p->cost_sum[0] = 0;
+  for (uint32_t j = 0; j < p->count; j++) {
+    p->size_sum[j + 1] = p->size_sum[j] + ctx->size[p->items[j]];
+    p->cost_sum[j + 1] = p->cost_sum[j] + ctx->cost[p->items[j]];
+  }
+}
+
+/* The partners for column c: the micro-batches of other columns with the
+ * most cost to spare below their level, and the cheapest of column c. */
+static void partners_pick(lower_t *lw, uint32_t c) {
+  const auto_state_t *s = lw->s;
+  uint32_t dp = s->dp, nbins = s->m * dp;
+  uint32_t best[PK_LOWER_PARTNERS];
+  double spare[PK_LOWER_PARTNERS];
+  uint32_t nb = 0;
+  for (uint32_t i = 0; i < nbins; i++) {
+    if (i / dp == c)
+      continue;
+    double sp = lw->level[i / dp] - s->bins[i].cost;
+    if (sp <= 0 || (nb == PK_LOWER_PARTNERS && sp <= spare[nb - 1]))
+      continue;
+    uint32_t at = nb < PK_LOWER_PARTNERS ? nb++ : nb - 1;
+    while (at > 0 && spare[at - 1] < sp) {
+      best[at] = best[at - 1];
+      spare[at] = spare[at - 1];
+      at--;
+    }
+    best[at] = i;
+    spare[at] = sp;
+  }
+  uint32_t cheap = c * dp;
+  for (uint32_t q = 1; q < dp; q++)
+    if (s->bins[c * dp + q].cost < s->bins[cheap].cost)
+      cheap = c * dp + q;
+  lw->nparts = 0;
+  for (uint32_t k = 0; k < nb; k++)
+    partner_load(lw, &lw->part[lw->nparts++], best[k]);
+  partner_load(lw, &lw->part[lw->nparts++], cheap);
+}
+
+/* One exchange that lowers x, the costliest micro-batch of its column, by
+ * as close to `need` as the partners allow (the largest fall within it,
+ * else the least above it). Returns the partner index used, or -1. */
+static int exchange_once(lower_t *lw, uint32_t x, double need) {
+  auto_state_t *s = lw->s;
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t dp = s->dp;
+  const pk_bin_t *bx = &s->bins[x];
+  uint64_t room_x = cfg->cap - bx->sum;
+  double cx = bx->cost, best_d = 0;
+  bool best_within = false;
+  uint32_t best_a = UINT32_MAX, best_j = 0, best_last = 0;
+  int best_p = -1;
+  uint32_t seen = 0;
+  for (uint32_t a = lw->head[x]; a != UINT32_MAX && seen < PK_LOWER_SCAN; a = lw->next[a], seen++) {
+    uint64_t sa = ctx->size[a];
+    for (uint32_t pi = 0; pi < lw->nparts; pi++) {
+      const partner_t *p = &lw->part[pi];
+      if (p->bin == x)
+        continue;
+      const pk_bin_t *by = &s->bins[p->bin];
+      uint64_t room_y = cfg->cap - by->sum;
+      uint64_t low = sa > room_y ? sa - room_y : 0;
+      /* The fewest smallest items of y that leave room for a in y. */
+      uint64_t high = sa + room_x;
+      uint32_t lo = 0, hi = p->count + 1;
+      while (lo < hi) {
+        uint32_t mid = (lo + hi) / 2;
+        if (p->size_sum[mid] >= low)
+          hi = mid;
+        else
+          lo = mid + 1;
+      }
+      if (lo == 0 || lo > p->count)
+        continue;
+      /* B is the t smallest items and one more, items[u] (u >= t), the
+       * smallest whose size brings B's tokens to at least `low`: u = t for
+       * the plain prefix (t = lo - 1); shorter prefixes with a larger last
+       * item when the prefix overshoots x's room. */
+      uint32_t j = 0, last = 0;
+      double cb = 0;
+      for (uint32_t t = lo - 1, tries = 0; tries < PK_LOWER_SUBSET_TRIES; t--, tries++) {
+        uint64_t want = low - p->size_sum[t];
+        uint32_t a2 = t, b2 = p->count;
+        while (a2 < b2) {
+          uint32_t mid = (a2 + b2) / 2;
+          if (ctx->size[p->items[mid]] >= want)
+            b2 = mid;
+          else
+            a2 = mid + 1;
+        }
+        if (a2 < p->count && p->size_sum[t] + ctx->size[p->items[a2]] <= high) {
+          j = t + 1;
+          last = a2;
+          cb = p->cost_sum[t] + ctx->cost[p->items[a2]];
+          break;
+        }
+        if (t == 0)
+          break;
+      }
+      if (j == 0)
+        continue;
+      if (bx->count - 1 + j > cfg->max_seqs || by->count - j + 1 > cfg->max_seqs)
+        continue;
+      double d = ctx->cost[a] - cb;
+      if (d <= cx * 1e-9)
+        continue;
+      double ny = by->cost + d;
+      bool own = p->bin / dp == x / dp;
+      if (own ? ny >= cx * (1 - 1e-12) : ny > lw->level[p->bin / dp])
+        continue;
+      bool within = d <= need;
+      if (best_p < 0 || (within && !best_within) || (within && d > best_d) ||
+          (!within && !best_within && d < best_d)) {
+        best_p = (int)pi;
+        best_a = a;
+        best_j = j;
+        best_last = last;
+        best_d = d;
+        best_within = within;
+      }
+    }
+  }
+  if (best_p < 0)
+    return -1;
+  partner_t *p = &lw->part[best_p];
+  for (uint32_t k = 0; k + 1 < best_j; k++)
+    pk_auto_move_item(s, lw->head, lw->next, p->items[k], x);
+  pk_auto_move_item(s, lw->head, lw->next, p->items[best_last], x);
+  pk_auto_move_item(s, lw->head, lw->next, best_a, p->bin);
+  partner_load(lw, p, p->bin);
+  return best_p;
+}
+
+/* The work bound on exchanges (columns x micro-batches), and the gap to the
+ * step bound they are tried above. */
+#define PK_LOWER_EXCHANGE_WORK (1u << 16)
+#define PK_LOWER_EXCHANGE_GAP 5e-3
+
+/* Exchanges for column c while its costliest micro-batch can fall: toward
+ * the level the other columns' spare cost would allow, a quarter of the way
+ * (or to the next costliest) at a time, so that the spare is spread over
+ * the column's micro-batches rather than spent on the first. Partners are
+ * picked afresh when none takes an exchange. The move tree's leaves of the
+ * partners of other columns are kept current (rt, room). */
+static void exchange_column(lower_t *lw, uint32_t c, room_tree_t *rt, double *room) {
+  auto_state_t *s = lw->s;
+  uint32_t dp = s->dp, nbins = s->m * dp, base = c * dp;
+  double spare = 0, total = 0;
+  for (uint32_t i = 0; i < nbins; i++) {
+    if (i / dp != c)
+      spare += PK_MAX(0.0, lw->level[i / dp] - s->bins[i].cost);
+    else
+      total += s->bins[i].cost;
+  }
+  double target = PK_MAX(0.0, (total - spare) / dp);
+  partners_pick(lw, c);
+  bool fresh = true;
+  for (uint32_t step = 0; step < PK_LOWER_MOVES * dp; step++) {
+    uint32_t x = base;
+    double second = 0;
+    for (uint32_t q = 1; q < dp; q++) {
+      double cq = s->bins[base + q].cost;
+      if (cq > s->bins[x].cost) {
+        second = s->bins[x].cost;
+        x = base + q;
+      } else {
+        second = PK_MAX(second, cq);
+      }
+    }
+    double cx = s->bins[x].cost;
+    if (cx <= target * (1 + 1e-9))
+      break;
+    double need = PK_MIN(cx - target, PK_MAX(cx - second, (cx - target) / 4));
+    int p = exchange_once(lw, x, need);
+    if (p < 0) {
+      if (fresh)
+        break;
+      partners_pick(lw, c);
+      fresh = true;
+      continue;
+    }
+    fresh = false;
+    uint32_t y = lw->part[p].bin;
+    if (y / dp != c)
+      set_room(rt, y, receive_room(s, lw->level, y), room);
+  }
+  lw->level[c] = 0;
+  for (uint32_t q = 0; q < dp; q++)
+    lw->level[c] = PK_MAX(lw->level[c], s->bins[base + q].cost);
+}
 
 int pk_auto_lower_columns(auto_state_t *s) {
   const pk_ctx_t *ctx = s->ctx;
@@ -74,10 +307,21 @@ int pk_auto_lower_columns(auto_state_t *s) {
   uint32_t dp = s->dp, m = s->m, n = ctx->n, nbins = m * dp;
   if (m < 2 || cfg->mode == PK_MODE_PADDED || cfg->equal_count || cfg->cap == UINT64_MAX)
     return 0;
+  double *level = pk_malloc_array(m, sizeof *level);
+  if (level == NULL)
+    return PK_ENOMEM;
+  column_levels(s, level);
+  double step = 0;
+  for (uint32_t c = 0; c < m; c++)
+    step += level[c];
+  double bound = pk_step_lower_bound(ctx, m);
+  if (step <= bound * (1 + PK_AUTO_GOOD_ENOUGH)) {
+    free(level);
+    return 0;
+  }
   uint32_t *head = pk_malloc_array(nbins, sizeof *head);
   uint32_t *next = pk_malloc_array(n, sizeof *next);
-  double *level = pk_malloc_array(m, sizeof *level);
-  if (head == NULL || next == NULL || level == NULL) {
+  if (head == NULL || next == NULL) {
     free(head);
     free(next);
     free(level);
@@ -89,7 +333,13 @@ int pk_auto_lower_columns(auto_state_t *s) {
     next[k] = head[s->item_bin[k]];
     head[s->item_bin[k]] = k;
   }
-  column_levels(s, level);
+  /* Exchanges cost more (a scan of all micro-batches per column for
+   * partners, and many candidates per step): only where the plan is
+   * further than PK_LOWER_EXCHANGE_GAP above the step bound and the scans
+   * stay cheap. */
+  bool exchanges =
+      step > bound * (1 + PK_LOWER_EXCHANGE_GAP) && (uint64_t)m * nbins <= PK_LOWER_EXCHANGE_WORK;
+  lower_t lw = {.s = s, .head = head, .next = next, .level = level};
   room_tree_t *rt = &s->bins_rt;
   for (uint32_t i = 0; i < rt->leaves; i++)
     rt->t[rt->leaves + i] = i < nbins ? receive_room(s, level, i) : 0;
@@ -104,13 +354,11 @@ int pk_auto_lower_columns(auto_state_t *s) {
       set_room(rt, base + q, 0, &room);
       total += s->bins[base + q].cost;
     }
-    if (rt->t[1] == 0)
-      continue;
     /* The level the column would reach if the room of every other column
      * took its items (tokens cost at least `linear` each): the target each
      * costliest micro-batch is brought down to. */
     double target = PK_MAX(0.0, (total - room * cfg->lin) / dp);
-    for (uint32_t move = 0; move < PK_LOWER_MOVES * dp; move++) {
+    for (uint32_t move = 0; rt->t[1] > 0 && move < PK_LOWER_MOVES * dp; move++) {
       uint32_t x = base;
       for (uint32_t q = 1; q < dp; q++)
         if (s->bins[base + q].cost > s->bins[x].cost)
@@ -143,6 +391,8 @@ int pk_auto_lower_columns(auto_state_t *s) {
       pk_auto_move_item(s, head, next, pick, y);
       set_room(rt, y, receive_room(s, level, y), &room);
     }
+    if (exchanges)
+      exchange_column(&lw, c, rt, &room);
     /* The column gave what it could: its new level, and its micro-batches
      * as receivers for the columns after it. */
     level[c] = 0;

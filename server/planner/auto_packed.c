@@ -535,7 +535,6 @@ static double state_step(const auto_state_t *s) {
  * level packing is already within PK_AUTO_GOOD_ENOUGH of the step bound
  * (bounds.c): then the tier packing could gain at most that much and is
  * skipped. saved_* hold m x dp micro-batches and n items. */
-#define PK_AUTO_GOOD_ENOUGH 1e-3
 int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
                       uint32_t *saved_item_bin) {
   size_t nbins = (size_t)s->m * s->dp, n = s->ctx->n;
