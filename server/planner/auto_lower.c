@@ -9,7 +9,11 @@
  * sequence with tokens left under the cap. An item moved there from the
  * costliest micro-batch of another column costs nothing (the receiving
  * column's level does not rise) and, once every micro-batch at the top of
- * the giving column has shed an item, lowers the step cost. */
+ * the giving column has shed an item, lowers the step cost. Where no item
+ * fits whole, an exchange (a large item for smaller ones of a micro-batch
+ * with cost to spare) does the same; see exchange_once. Every step keeps
+ * the cap and max_seqs and never raises a column's level, so the step cost
+ * only falls. */
 #include <math.h>
 #include <stdlib.h>
 
