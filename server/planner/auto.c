@@ -109,6 +109,29 @@ uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i) {
   return f >= cfg->cap ? 0 : cfg->cap - f;
 }
 
+double pk_auto_column_level(const auto_state_t *s, uint32_t c) {
+  double level = 0;
+  for (uint32_t q = 0; q < s->dp; q++)
+    level = PK_MAX(level, s->bins[(size_t)c * s->dp + q].cost);
+  return level;
+}
+
+/* An insertion sort: micro-batches are read only up to `limit` items. */
+uint32_t pk_auto_sorted_items(const auto_state_t *s, const uint32_t *head, const uint32_t *next,
+                              uint32_t bin, uint32_t limit, uint32_t *out) {
+  const uint64_t *size = s->ctx->size;
+  uint32_t count = 0;
+  for (uint32_t b = head[bin]; b != UINT32_MAX && count < limit; b = next[b]) {
+    uint32_t at = count++;
+    while (at > 0 && size[out[at - 1]] > size[b]) {
+      out[at] = out[at - 1];
+      at--;
+    }
+    out[at] = b;
+  }
+  return count;
+}
+
 /* Orders the dp bins of a column (slot numbers in s->slots): by cost
  * ascending (by_foot false) or by footprint ascending (by_foot true), ties by
  * the other key, then slot. A merge sort: deterministic and O(dp log dp). */

@@ -47,6 +47,12 @@ uint32_t pk_tree_find(const room_tree_t *rt, uint32_t from, uint64_t need);
 /* Shared helpers (auto.c). */
 /* The room micro-batch i has left (0 when it holds max_seqs items). */
 uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i);
+/* Column c's level: the cost of its costliest micro-batch. */
+double pk_auto_column_level(const auto_state_t *s, uint32_t c);
+/* The first `limit` items of micro-batch `bin` (lists head/next) into out,
+ * by size ascending (so cost ascending); returns how many. */
+uint32_t pk_auto_sorted_items(const auto_state_t *s, const uint32_t *head, const uint32_t *next,
+                              uint32_t bin, uint32_t limit, uint32_t *out);
 /* The dp micro-batches of the column at base into s->slots, by cost
  * ascending (or footprint first when by_foot). */
 void pk_auto_sort_slots(auto_state_t *s, uint32_t base, bool by_foot);

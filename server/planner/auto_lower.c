@@ -44,23 +44,15 @@ static uint64_t receive_room(const auto_state_t *s, const double *level, uint32_
   return PK_MIN(cfg->cap - b->sum, by_cost);
 }
 
-static void column_levels(const auto_state_t *s, double *level) {
-  for (uint32_t c = 0; c < s->m; c++) {
-    level[c] = 0;
-    for (uint32_t q = 0; q < s->dp; q++)
-      level[c] = PK_MAX(level[c], s->bins[(size_t)c * s->dp + q].cost);
-  }
-}
-
 /* Sets the receive room of micro-batch i, keeping *sum the sum of all. */
 static void set_room(room_tree_t *rt, uint32_t i, uint64_t room, double *sum) {
   *sum += (double)room - (double)rt->t[rt->leaves + i];
   pk_tree_set(rt, i, room);
 }
 
-/* A micro-batch of another column than [base, base + dp) that can take an
- * item of `size` tokens, or UINT32_MAX (the column's own leaves are held at
- * 0 while it gives). */
+/* A micro-batch of another column than the giving one that can take an
+ * item of `size` tokens, or UINT32_MAX (the giving column's leaves are held
+ * at 0 while it gives). */
 static uint32_t find_receiver(const auto_state_t *s, uint64_t size) {
   if (s->bins_rt.t[1] < size)
     return UINT32_MAX;
@@ -102,15 +94,7 @@ typedef struct lower {
 static void partner_load(const lower_t *lw, partner_t *p, uint32_t bin) {
   const pk_ctx_t *ctx = lw->s->ctx;
   p->bin = bin;
-  p->count = 0;
-  for (uint32_t b = lw->head[bin]; b != UINT32_MAX && p->count < PK_LOWER_SCAN; b = lw->next[b]) {
-    uint32_t at = p->count++;
-    while (at > 0 && ctx->size[p->items[at - 1]] > ctx->size[b]) {
-      p->items[at] = p->items[at - 1];
-      at--;
-    }
-    p->items[at] = b;
-  }
+  p->count = pk_auto_sorted_items(lw->s, lw->head, lw->next, bin, PK_LOWER_SCAN, p->items);
   p->size_sum[0] = 0;
   p->cost_sum[0] = 0;
   for (uint32_t j = 0; j < p->count; j++) {
@@ -300,9 +284,7 @@ static void exchange_column(lower_t *lw, uint32_t c, room_tree_t *rt, double *ro
     if (y / dp != c)
       set_room(rt, y, receive_room(s, lw->level, y), room);
   }
-  lw->level[c] = 0;
-  for (uint32_t q = 0; q < dp; q++)
-    lw->level[c] = PK_MAX(lw->level[c], s->bins[base + q].cost);
+  lw->level[c] = pk_auto_column_level(s, c);
 }
 
 int pk_auto_lower_columns(auto_state_t *s) {
@@ -314,10 +296,11 @@ int pk_auto_lower_columns(auto_state_t *s) {
   double *level = pk_malloc_array(m, sizeof *level);
   if (level == NULL)
     return PK_ENOMEM;
-  column_levels(s, level);
   double step = 0;
-  for (uint32_t c = 0; c < m; c++)
+  for (uint32_t c = 0; c < m; c++) {
+    level[c] = pk_auto_column_level(s, c);
     step += level[c];
+  }
   double bound = pk_step_lower_bound(ctx, m);
   if (step <= bound * (1 + PK_AUTO_GOOD_ENOUGH)) {
     free(level);
@@ -399,9 +382,7 @@ int pk_auto_lower_columns(auto_state_t *s) {
       exchange_column(&lw, c, rt, &room);
     /* The column gave what it could: its new level, and its micro-batches
      * as receivers for the columns after it. */
-    level[c] = 0;
-    for (uint32_t q = 0; q < dp; q++)
-      level[c] = PK_MAX(level[c], s->bins[base + q].cost);
+    level[c] = pk_auto_column_level(s, c);
     for (uint32_t q = 0; q < dp; q++)
       set_room(rt, base + q, receive_room(s, level, base + q), &room);
   }

@@ -446,15 +446,7 @@ int pk_auto_refine_columns(auto_state_t *s) {
         uint32_t *ys = &sorted[(size_t)row * PK_REFINE_SCAN];
         uint32_t ny = wide ? nsorted[row] : UINT32_MAX;
         if (ny == UINT32_MAX) {
-          ny = 0;
-          for (uint32_t b = head[y]; b != UINT32_MAX && ny < scan; b = next[b]) {
-            uint32_t at = ny++;
-            while (at > 0 && ctx->cost[ys[at - 1]] > ctx->cost[b]) {
-              ys[at] = ys[at - 1];
-              at--;
-            }
-            ys[at] = b;
-          }
+          ny = pk_auto_sorted_items(s, head, next, y, scan, ys);
           nsorted[row] = ny;
         }
         uint32_t na = 0;
@@ -520,12 +512,8 @@ int pk_auto_refine_columns(auto_state_t *s) {
  * micro-batch (PACKED costs). */
 static double state_step(const auto_state_t *s) {
   double step = 0;
-  for (uint32_t c = 0; c < s->m; c++) {
-    double mx = 0;
-    for (uint32_t q = 0; q < s->dp; q++)
-      mx = PK_MAX(mx, s->bins[(size_t)c * s->dp + q].cost);
-    step += mx;
-  }
+  for (uint32_t c = 0; c < s->m; c++)
+    step += pk_auto_column_level(s, c);
   return step;
 }
 
