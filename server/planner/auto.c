@@ -34,9 +34,12 @@
  *     at or below their own level (the first column, whose level is one
  *     long sequence, often has tokens to spare).
  *  PADDED (rows x widest row):
- *   - pk_auto_pack_padded_groups: runs of like width closed at a target cost found
- *     by bisection, exactly M x dp of them, dealt in tiers of dp by cost;
- *     pk_auto_refine_padded then moves rows inside each column.
+ *   - pk_auto_pack_padded_best (auto_padded.c): runs of like width closed at
+ *     a target cost found by bisection, the costliest halved until there are
+ *     exactly M x dp of them; where that halved 1 % or more of them, also
+ *     exactly M x dp runs with costs in one band as narrow as the count
+ *     allows; each dealt in tiers of dp by cost and refined by row moves
+ *     inside each column (pk_auto_refine_padded); the lower step is kept.
  *   - with equal_count, pk_auto_pack_padded_tiers: whole tiers per column.
  *  Finally deal_columns gives each column's micro-batches to ranks,
  *  costliest to the rank with the least total so far (DP balance for free:
@@ -375,7 +378,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
 
   if (cfg->mode == PK_MODE_PADDED && !cfg->equal_count) {
     for (; m <= max_m; m += cfg->group) {
-      rc = pk_auto_pack_padded_groups(&s, order, m);
+      rc = pk_auto_pack_padded_best(&s, order, m, saved_bins, saved_item_bin);
       if (rc != PK_EPRECOND)
         break;
     }
@@ -388,10 +391,6 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
     if (rc != 0)
       goto done;
-    if ((rc = pk_auto_refine_padded(&s)) != 0) {
-      pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
-      goto done;
-    }
     goto deal;
   }
   if (cfg->mode == PK_MODE_PADDED) {

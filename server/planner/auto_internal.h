@@ -91,9 +91,14 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
                         uint32_t *count);
 
 /* PADDED (auto_padded.c). */
-int pk_auto_pack_padded_groups(auto_state_t *s, const uint32_t *order, uint32_t m);
 int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
                               uint32_t *m_out);
 int pk_auto_refine_padded(auto_state_t *s);
+/* The PADDED packings without equal_count (runs of like width, halved or
+ * in an even band), each refined; keeps the lower step cost. PK_EPRECOND
+ * when m columns cannot hold the items. saved_* hold m x dp micro-batches
+ * and n items. */
+int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
+                             pk_bin_t *saved_bins, uint32_t *saved_item_bin);
 
 #endif

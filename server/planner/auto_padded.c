@@ -1,6 +1,7 @@
-/* AUTO's PADDED packings: groups of like width at a target cost, tiers of
- * rows for equal counts, and the in-column refinement by row moves (see the
- * comment at the top of auto.c). */
+/* AUTO's PADDED packings: groups of like width at a target cost (halved, or
+ * cut in an even band), tiers of rows for equal counts, and the in-column
+ * refinement by row moves (see the comment at the top of auto.c). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -145,34 +146,80 @@ static bool group_costlier(const void *arg, uint32_t x, uint32_t y) {
   return grp[x].cost > grp[y].cost;
 }
 
-int pk_auto_pack_padded_groups(auto_state_t *s, const uint32_t *order, uint32_t m) {
-  const pk_ctx_t *ctx = s->ctx;
-  uint32_t dp = s->dp, target = m * dp;
-  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
-  uint32_t *gi = pk_malloc_array(target, sizeof *gi);
-  uint32_t *gtmp = pk_malloc_array(target, sizeof *gtmp);
-  int rc = 0;
-  if (grp == NULL || gi == NULL || gtmp == NULL) {
-    rc = PK_ENOMEM;
-    goto done;
+/* The least target cost T (to a relative 1e-7) at which count_groups makes
+ * at most `target` groups, or a negative value when none does. Every group
+ * costs at most T, so T >= (total cost) / target: the bisection starts
+ * there and doubles its upper end until the count fits. Past n x the
+ * costliest item's cost no run is closed by T, so the count is the exact
+ * greedy grouping of pk_micro_lower_bound and the doubling stops. */
+static double least_target(const pk_ctx_t *ctx, const uint32_t *order, uint32_t target) {
+  double total = 0, top = 0;
+  for (uint32_t k = 0; k < ctx->n; k++) {
+    total += ctx->cost[k];
+    top = PK_MAX(top, ctx->cost[k]);
   }
-  /* Bisection on T between the costliest item and the total cost. */
-  double lo = 0, hi = 0;
-  for (uint32_t k = 0; k < ctx->n; k++)
-    hi += ctx->cost[k];
-  hi = hi * 2 + 1;
-  if (count_groups(ctx, order, hi, target, NULL) > target) {
-    rc = PK_EPRECOND;
-    goto done;
+  double lo = total / target * (1 - 1e-9), hi = PK_MAX(lo, 1.0);
+  double never = top * ctx->n + 1;
+  while (count_groups(ctx, order, hi, target, NULL) > target) {
+    if (hi > never)
+      return -1;
+    lo = hi;
+    hi *= 2;
   }
-  for (int it = 0; it < 60 && hi - lo > hi * 1e-9; it++) {
+  while (hi - lo > hi * 1e-7) {
     double mid = (lo + hi) / 2;
     if (count_groups(ctx, order, mid, target, NULL) <= target)
       hi = mid;
     else
       lo = mid;
   }
-  uint32_t g = count_groups(ctx, order, hi, target, grp);
+  return hi;
+}
+
+/* Exactly m x dp groups, sorted by cost (descending, stable), into the
+ * state: tier j is column j. */
+static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_group_t *grp,
+                       uint32_t m) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t g = m * s->dp;
+  uint32_t *gi = pk_malloc_array(g, sizeof *gi);
+  uint32_t *gtmp = pk_malloc_array(g, sizeof *gtmp);
+  if (gi == NULL || gtmp == NULL) {
+    free(gi);
+    free(gtmp);
+    return PK_ENOMEM;
+  }
+  for (uint32_t q = 0; q < g; q++)
+    gi[q] = q;
+  pk_merge_sort_u32(gi, gtmp, g, group_costlier, grp);
+  s->m = m;
+  memset(s->bins, 0, (size_t)g * sizeof *s->bins);
+  for (uint32_t q = 0; q < g; q++) {
+    const padded_group_t *b = &grp[gi[q]];
+    uint32_t bin = q; /* Column q / dp, slot q % dp. */
+    for (uint32_t r = 0; r < b->rows; r++) {
+      uint32_t k = order[b->first + r];
+      pk_bin_add(ctx, &s->bins[bin], k);
+      s->item_bin[k] = bin;
+    }
+  }
+  free(gi);
+  free(gtmp);
+  return 0;
+}
+
+/* Groups at target t (least_target), the costliest halved until there are
+ * m x dp; *halvings tells how many were. */
+static int pack_halved(auto_state_t *s, const uint32_t *order, uint32_t m, double t,
+                       uint32_t *halvings) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t target = m * s->dp;
+  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
+  if (grp == NULL)
+    return PK_ENOMEM;
+  int rc = 0;
+  uint32_t g = count_groups(ctx, order, t, target, grp);
+  *halvings = target - g;
   /* Halve the costliest multi-row groups until there are exactly target;
    * each halving adds one group. n >= target, so one always exists. */
   while (g < target) {
@@ -191,28 +238,166 @@ int pk_auto_pack_padded_groups(auto_state_t *s, const uint32_t *order, uint32_t 
     b->cost = (double)keep * ctx->cost[order[b->first]];
     grp[g++] = (padded_group_t){second, moved, (double)moved * ctx->cost[order[second]]};
   }
-  /* Groups by cost, descending (stable merge sort), then tier j -> column j. */
-  for (uint32_t q = 0; q < g; q++)
-    gi[q] = q;
-  pk_merge_sort_u32(gi, gtmp, g, group_costlier, grp);
-  s->m = m;
-  memset(s->bins, 0, (size_t)m * dp * sizeof *s->bins);
-  for (uint32_t q = 0; q < g; q++) {
-    const padded_group_t *b = &grp[gi[q]];
-    uint32_t bin = q; /* Column q / dp, slot q % dp. */
-    for (uint32_t r = 0; r < b->rows; r++) {
-      uint32_t k = order[b->first + r];
-      pk_bin_add(ctx, &s->bins[bin], k);
-      s->item_bin[k] = bin;
-    }
-  }
+  rc = deal_groups(s, order, grp, m);
 done:
   free(grp);
-  free(gi);
-  free(gtmp);
   return rc;
 }
 
+/* Even groups: exactly m x dp runs whose costs lie in [lo_t, hi_t] where
+ * their rows allow (a run opened by width w takes between ceil(lo_t / c(w))
+ * and min(hi_t / c(w), cap / w, max_seqs) rows, at least one and at most
+ * the latter; the last run may be shorter), with hi_t the least target of
+ * count_groups and lo_t as high as an exact count allows (bisection to
+ * 0.4 % of hi_t). Halving the costliest groups (pack_halved) leaves a tail
+ * of half-cost groups whose columns run far below the others; here every
+ * run that can reach the common band does.
+ *
+ * For a given band, fewest[i] and most[i] are the fewest and the most runs
+ * the items order[i..n) can be cut into. The runs that may start at i end
+ * in a window [i + min rows, i + max rows] whose ends never fall as i grows
+ * (widths fall, so c(w) does), so both are sliding-window extrema, O(n)
+ * with two monotone deques. Counts between fewest and most are taken as
+ * reachable; the cut is then walked forward, each run ending at the
+ * farthest j with fewest[j] <= runs left - 1 <= most[j], and gives up
+ * (PK_EPRECOND) if none is found. */
+typedef struct even_band {
+  double lo_t, hi_t;
+  /* The rows of the last width asked for (items of one width are
+   * neighbours in order, so most calls reuse them). */
+  uint64_t width, fewest, most;
+  bool known;
+} even_band_t;
+
+static void run_window(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *band, uint32_t i,
+                       uint32_t *first, uint32_t *last) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n;
+  uint64_t w = ctx->size[order[i]];
+  if (!band->known || band->width != w) {
+    double c = ctx->cost[order[i]];
+    uint64_t most = cfg->max_seqs;
+    if (w > 0)
+      most = PK_MIN(most, cfg->cap / w);
+    if (c > 0 && band->hi_t / c < (double)most)
+      most = (uint64_t)(band->hi_t / c);
+    most = PK_MAX(most, 1);
+    uint64_t fewest = 1;
+    if (c > 0 && band->lo_t / c > 1) {
+      double need = ceil(band->lo_t / c);
+      fewest = need >= (double)most ? most : (uint64_t)need;
+    }
+    band->width = w;
+    band->fewest = fewest;
+    band->most = most;
+    band->known = true;
+  }
+  *first = band->fewest >= (uint64_t)(n - i) ? n : i + (uint32_t)band->fewest;
+  *last = band->most >= (uint64_t)(n - i) ? n : i + (uint32_t)band->most;
+}
+
+/* fewest / most for the band into the arrays (n + 1 entries); dq is 2 x
+ * (n + 1) scratch. Returns false where the windows are not monotone (a
+ * zero-cost item after costlier ones): the band is then not used. */
+static bool count_range(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *band,
+                        uint32_t *fewest, uint32_t *most, uint32_t *dq) {
+  uint32_t n = ctx->n;
+  uint32_t *dmin = dq, *dmax = dq + n + 1;
+  /* Deques as [front, back) over the arrays, filled from the top down:
+   * front holds the lowest (newest) position. */
+  uint32_t fmin = n + 1, bmin = n + 1, fmax = n + 1, bmax = n + 1;
+  uint32_t added = n + 1; /* Positions >= added are in the deques (or dropped). */
+  uint32_t prev_a = n, prev_b = n;
+  fewest[n] = most[n] = 0;
+  for (uint32_t i = n; i-- > 0;) {
+    uint32_t a, b;
+    run_window(ctx, order, band, i, &a, &b);
+    if (a > prev_a || b > prev_b)
+      return false;
+    prev_a = a;
+    prev_b = b;
+    while (added > a) {
+      uint32_t j = --added;
+      if (j > n)
+        continue;
+      while (fmin < bmin && fewest[dmin[fmin]] >= fewest[j])
+        fmin++;
+      dmin[--fmin] = j;
+      while (fmax < bmax && most[dmax[fmax]] <= most[j])
+        fmax++;
+      dmax[--fmax] = j;
+    }
+    while (fmin < bmin && dmin[bmin - 1] > b)
+      bmin--;
+    while (fmax < bmax && dmax[bmax - 1] > b)
+      bmax--;
+    fewest[i] = fewest[dmin[bmin - 1]] + 1;
+    most[i] = most[dmax[bmax - 1]] + 1;
+  }
+  return true;
+}
+
+/* Cuts order into exactly `target` runs within the band (fewest / most
+ * from count_range), into grp. Returns false when the walk finds no run. */
+static bool cut_runs(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *band,
+                     const uint32_t *fewest, const uint32_t *most, uint32_t target,
+                     padded_group_t *grp) {
+  uint32_t n = ctx->n, g = 0;
+  for (uint32_t i = 0; i < n; g++) {
+    if (g >= target)
+      return false;
+    uint32_t a, b, left = target - g - 1, j = UINT32_MAX;
+    run_window(ctx, order, band, i, &a, &b);
+    for (uint32_t e = b + 1; e-- > a;)
+      if (fewest[e] <= left && left <= most[e]) {
+        j = e;
+        break;
+      }
+    if (j == UINT32_MAX)
+      return false;
+    grp[g] = (padded_group_t){i, j - i, (double)(j - i) * ctx->cost[order[i]]};
+    i = j;
+  }
+  return g == target;
+}
+
+static int pack_even(auto_state_t *s, const uint32_t *order, uint32_t m, double hi_t) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t n = ctx->n, target = m * s->dp;
+  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
+  uint32_t *fewest = pk_malloc_array((size_t)n + 1, sizeof *fewest);
+  uint32_t *most = pk_malloc_array((size_t)n + 1, sizeof *most);
+  uint32_t *dq = pk_malloc_array(2 * ((size_t)n + 1), sizeof *dq);
+  int rc = PK_EPRECOND;
+  if (grp == NULL || fewest == NULL || most == NULL || dq == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  /* The largest lo_t (to 0.4 % of hi_t) whose band reaches the count. */
+  double lo = 0, hi = hi_t;
+  even_band_t band = {.lo_t = 0, .hi_t = hi_t};
+  if (!count_range(ctx, order, &band, fewest, most, dq) || fewest[0] > target || most[0] < target)
+    goto done;
+  while (hi - lo > hi_t * 4e-3) {
+    band = (even_band_t){.lo_t = (lo + hi) / 2, .hi_t = hi_t};
+    if (count_range(ctx, order, &band, fewest, most, dq) && fewest[0] <= target &&
+        target <= most[0])
+      lo = band.lo_t;
+    else
+      hi = band.lo_t;
+  }
+  band = (even_band_t){.lo_t = lo, .hi_t = hi_t};
+  if (!count_range(ctx, order, &band, fewest, most, dq) ||
+      !cut_runs(ctx, order, &band, fewest, most, target, grp))
+    goto done;
+  rc = deal_groups(s, order, grp, m);
+done:
+  free(grp);
+  free(fewest);
+  free(most);
+  free(dq);
+  return rc;
+}
 /* PADDED refinement: a micro-batch costs rows x c(widest row). Inside every
  * column, repeatedly take the costliest micro-batch and move one of its rows
  * (its narrowest, or its widest, which may narrow it) to one of the two
@@ -312,5 +497,49 @@ int pk_auto_refine_padded(auto_state_t *s) {
   free(head);
   free(next);
   free(real);
+  return 0;
+}
+
+/* The step cost of the state in PADDED costs (rows x c(widest row)). */
+static double padded_step(const auto_state_t *s) {
+  const pk_cfg_t *cfg = s->ctx->cfg;
+  double step = 0;
+  for (uint32_t c = 0; c < s->m; c++) {
+    double level = 0;
+    for (uint32_t q = 0; q < s->dp; q++) {
+      const pk_bin_t *b = &s->bins[(size_t)c * s->dp + q];
+      level = PK_MAX(level, padded_cost(cfg, b->count, b->width));
+    }
+    step += level;
+  }
+  return step;
+}
+
+int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
+                             pk_bin_t *saved_bins, uint32_t *saved_item_bin) {
+  size_t nbins = (size_t)m * s->dp, n = s->ctx->n;
+  uint32_t target = m * s->dp, halvings = 0;
+  double t = least_target(s->ctx, order, target);
+  if (t < 0)
+    return PK_EPRECOND;
+  int rc = pack_halved(s, order, m, t, &halvings);
+  if (rc == 0)
+    rc = pk_auto_refine_padded(s);
+  if (rc != 0)
+    return rc;
+  double halved = padded_step(s);
+  if (halvings < PK_MAX(1, target / 100))
+    return 0;
+  memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
+  memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
+  rc = pack_even(s, order, m, t);
+  if (rc == 0)
+    rc = pk_auto_refine_padded(s);
+  if (rc == PK_ENOMEM)
+    return rc;
+  if (rc != 0 || padded_step(s) >= halved) {
+    memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
+    memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
+  }
   return 0;
 }
