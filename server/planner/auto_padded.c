@@ -306,7 +306,7 @@ static bool count_range(const pk_ctx_t *ctx, const uint32_t *order, even_band_t 
   /* Deques as [front, back) over the arrays, filled from the top down:
    * front holds the lowest (newest) position. */
   uint32_t fmin = n + 1, bmin = n + 1, fmax = n + 1, bmax = n + 1;
-  uint32_t added = n + 1; /* Positions >= added are in the deques (or dropped). */
+  uint32_t added = n + 1; /* Positions >= added were pushed (maybe popped since). */
   uint32_t prev_a = n, prev_b = n;
   fewest[n] = most[n] = 0;
   for (uint32_t i = n; i-- > 0;) {
@@ -318,8 +318,6 @@ static bool count_range(const pk_ctx_t *ctx, const uint32_t *order, even_band_t 
     prev_b = b;
     while (added > a) {
       uint32_t j = --added;
-      if (j > n)
-        continue;
       while (fmin < bmin && fewest[dmin[fmin]] >= fewest[j])
         fmin++;
       dmin[--fmin] = j;
