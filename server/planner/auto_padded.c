@@ -114,21 +114,25 @@ typedef struct padded_group {
   double cost;          /* rows x c(widest). */
 } padded_group_t;
 
+/* The most rows a run opened by width w (row cost c) takes under target
+ * cost t, the cap and max_seqs: at least one. */
+static uint64_t run_rows(const pk_cfg_t *cfg, uint64_t w, double c, double t) {
+  uint64_t rows = cfg->max_seqs;
+  if (w > 0)
+    rows = PK_MIN(rows, cfg->cap / w);
+  if (c > 0 && t / c < (double)rows)
+    rows = (uint64_t)(t / c);
+  return PK_MAX(rows, 1);
+}
+
 /* Number of groups for target cost t (stops counting above limit). */
 static uint32_t count_groups(const pk_ctx_t *ctx, const uint32_t *order, double t, uint32_t limit,
                              padded_group_t *out) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n, g = 0;
   for (uint32_t i = 0; i < n;) {
-    uint64_t w = ctx->size[order[i]];
     double c = ctx->cost[order[i]];
-    uint64_t rows = cfg->max_seqs;
-    if (w > 0)
-      rows = PK_MIN(rows, cfg->cap / w);
-    if (c > 0 && t / c < (double)rows)
-      rows = (uint64_t)(t / c);
-    if (rows == 0)
-      rows = 1;
+    uint64_t rows = run_rows(cfg, ctx->size[order[i]], c, t);
     if (rows > n - i)
       rows = n - i;
     if (g >= limit)
@@ -276,12 +280,7 @@ static void run_window(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *
   uint64_t w = ctx->size[order[i]];
   if (!band->known || band->width != w) {
     double c = ctx->cost[order[i]];
-    uint64_t most = cfg->max_seqs;
-    if (w > 0)
-      most = PK_MIN(most, cfg->cap / w);
-    if (c > 0 && band->hi_t / c < (double)most)
-      most = (uint64_t)(band->hi_t / c);
-    most = PK_MAX(most, 1);
+    uint64_t most = run_rows(cfg, w, c, band->hi_t);
     uint64_t fewest = 1;
     if (c > 0 && band->lo_t / c > 1) {
       double need = ceil(band->lo_t / c);
