@@ -20,26 +20,6 @@ static const double k_seq_bounds[PK_SEQ_BUCKETS] = {
 static const char *const k_method_names[PK_METHOD_COUNT] = {"Plan", "GetRankPlan", "Check",
                                                             "unknown"};
 
-static const char *const k_code_names[PK_GRPC_CODE_COUNT] = {
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-};
-
 void pk_metrics_init(pk_metrics_t *m, double start_time) {
   memset(m, 0, sizeof *m);
   m->start_time = start_time;
@@ -52,9 +32,7 @@ const char *pk_method_name(pk_method_t method) {
 }
 
 const char *pk_grpc_code_name(int code) {
-  if (code < 0 || code >= PK_GRPC_CODE_COUNT)
-    return "UNKNOWN";
-  return k_code_names[code];
+  return pk_grpc_status_name(code);
 }
 
 static void observe(pk_histogram_t *h, const double *bounds, size_t nb, double v, uint64_t units) {
@@ -191,7 +169,7 @@ int pk_metrics_render(const pk_metrics_t *m, const pk_metrics_view_t *view, char
       if (v == 0 && c != 0)
         continue;
       sb_printf(&b, "packd_requests_total{method=\"%s\",code=\"%s\"} %" PRIu64 "\n",
-                k_method_names[mt], k_code_names[c], v);
+                k_method_names[mt], pk_grpc_status_name(c), v);
     }
   }
 

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "grpc_status_names.h"
 #include "plan_cache.h"
 
 typedef enum {
@@ -22,9 +23,6 @@ typedef enum {
   PK_METHOD_UNKNOWN = 3, /* Any method packd does not implement. */
   PK_METHOD_COUNT = 4,
 } pk_method_t;
-
-/* gRPC status codes 0 (OK) to 16 (UNAUTHENTICATED). */
-#define PK_GRPC_CODE_COUNT 17
 
 /* Histogram bucket upper bounds (the +Inf bucket is implied). */
 #define PK_SECONDS_BUCKETS 18

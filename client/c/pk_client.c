@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grpc_status_names.h"
 #include "pk_error.h"
 
 enum { M_PLAN = 0, M_GET_RANK = 1, M_HEALTH = 2, M_COUNT = 3 };
@@ -27,30 +28,8 @@ struct pk_client {
   pk_client_options_t opts;
 };
 
-static const char *const k_status_names[] = {
-    "OK",
-    "CANCELLED",
-    "UNKNOWN",
-    "INVALID_ARGUMENT",
-    "DEADLINE_EXCEEDED",
-    "NOT_FOUND",
-    "ALREADY_EXISTS",
-    "PERMISSION_DENIED",
-    "RESOURCE_EXHAUSTED",
-    "FAILED_PRECONDITION",
-    "ABORTED",
-    "OUT_OF_RANGE",
-    "UNIMPLEMENTED",
-    "INTERNAL",
-    "UNAVAILABLE",
-    "DATA_LOSS",
-    "UNAUTHENTICATED",
-};
-
 const char *pk_client_status_name(int code) {
-  if (code < 0 || code >= (int)(sizeof k_status_names / sizeof k_status_names[0]))
-    return "UNKNOWN";
-  return k_status_names[code];
+  return pk_grpc_status_name(code);
 }
 
 int pk_client_error_from_status(int code) {
