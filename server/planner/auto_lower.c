@@ -301,7 +301,7 @@ int pk_auto_lower_columns(auto_state_t *s) {
     level[c] = pk_auto_column_level(s, c);
     step += level[c];
   }
-  double bound = pk_step_lower_bound(ctx, m);
+  double bound = pk_step_lower_bound(ctx, m, step);
   if (step <= bound * (1 + PK_AUTO_GOOD_ENOUGH)) {
     free(level);
     return 0;

@@ -532,7 +532,7 @@ int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bi
   double levels_step = 0;
   if (levels == 0) {
     levels_step = state_step(s);
-    if (levels_step <= pk_step_lower_bound(s->ctx, s->m) * (1 + PK_AUTO_GOOD_ENOUGH))
+    if (levels_step <= pk_step_lower_bound(s->ctx, s->m, levels_step) * (1 + PK_AUTO_GOOD_ENOUGH))
       return 0;
     memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
     memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);

@@ -125,22 +125,55 @@ static uint64_t run_rows(const pk_cfg_t *cfg, uint64_t w, double c, double t) {
   return PK_MAX(rows, 1);
 }
 
-/* Number of groups for target cost t (stops counting above limit). */
-static uint32_t count_groups(const pk_ctx_t *ctx, const uint32_t *order, double t, uint32_t limit,
+/* The width-sorted items as count_groups reads them, in their order's
+ * positions (no indirection through the item numbers): each row's cost and
+ * the most rows a run it opens takes under the cap and max_seqs (at least
+ * one). */
+typedef struct padded_rows {
+  uint32_t n;
+  double *cost;
+  uint32_t *cap_rows;
+} padded_rows_t;
+
+static int rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order) {
+  uint32_t n = ctx->n;
+  rt->n = n;
+  rt->cost = pk_malloc_array(n, sizeof *rt->cost);
+  rt->cap_rows = pk_malloc_array(n, sizeof *rt->cap_rows);
+  if (rt->cost == NULL || rt->cap_rows == NULL)
+    return PK_ENOMEM;
+  for (uint32_t i = 0; i < n; i++) {
+    uint32_t k = order[i];
+    rt->cost[i] = ctx->cost[k];
+    rt->cap_rows[i] = (uint32_t)PK_MIN(run_rows(ctx->cfg, ctx->size[k], 0, 0), (uint64_t)n);
+  }
+  return 0;
+}
+
+static void rows_free(padded_rows_t *rt) {
+  free(rt->cost);
+  free(rt->cap_rows);
+}
+
+/* Number of groups of positions [from, n) for target cost t (stops
+ * counting above limit); out, when given, gets them. A run opened at i
+ * takes min(cap_rows, t / cost) rows, at least one (run_rows). */
+static uint32_t count_groups(const padded_rows_t *rt, uint32_t from, double t, uint32_t limit,
                              padded_group_t *out) {
-  const pk_cfg_t *cfg = ctx->cfg;
-  uint32_t n = ctx->n, g = 0;
-  for (uint32_t i = 0; i < n;) {
-    double c = ctx->cost[order[i]];
-    uint64_t rows = run_rows(cfg, ctx->size[order[i]], c, t);
+  uint32_t n = rt->n, g = 0;
+  for (uint32_t i = from; i < n;) {
+    double c = rt->cost[i];
+    uint32_t rows = rt->cap_rows[i];
+    if (c > 0 && t / c < (double)rows)
+      rows = PK_MAX((uint32_t)(t / c), 1);
     if (rows > n - i)
       rows = n - i;
     if (g >= limit)
       return limit + 1;
     if (out != NULL)
-      out[g] = (padded_group_t){i, (uint32_t)rows, (double)rows * c};
+      out[g] = (padded_group_t){i, rows, (double)rows * c};
     g++;
-    i += (uint32_t)rows;
+    i += rows;
   }
   return g;
 }
@@ -151,20 +184,23 @@ static bool group_costlier(const void *arg, uint32_t x, uint32_t y) {
 }
 
 /* The least target cost T (to a relative 1e-7) at which count_groups makes
- * at most `target` groups, or a negative value when none does. Every group
- * costs at most T, so T >= (total cost) / target: the bisection starts
- * there and doubles its upper end until the count fits. Past n x the
- * costliest item's cost no run is closed by T, so the count is the exact
- * greedy grouping of pk_micro_lower_bound and the doubling stops. */
-static double least_target(const pk_ctx_t *ctx, const uint32_t *order, uint32_t target) {
+ * at most `target` groups of order[from..n), or a negative value when none
+ * does. Every group costs at most T, so T >= (their total cost) / target:
+ * the bisection starts there, its upper end at `fits` (a target the caller
+ * knows to fit; 0: none) or doubling until the count fits. Past (items) x
+ * the costliest item's cost no run is closed by T, so the count is the
+ * exact greedy grouping of pk_micro_lower_bound and the doubling stops. */
+static double least_target(const padded_rows_t *rt, uint32_t from, uint32_t target, double fits) {
   double total = 0, top = 0;
-  for (uint32_t k = 0; k < ctx->n; k++) {
-    total += ctx->cost[k];
-    top = PK_MAX(top, ctx->cost[k]);
+  for (uint32_t i = from; i < rt->n; i++) {
+    total += rt->cost[i];
+    top = PK_MAX(top, rt->cost[i]);
   }
   double lo = total / target * (1 - 1e-9), hi = PK_MAX(lo, 1.0);
-  double never = top * ctx->n + 1;
-  while (count_groups(ctx, order, hi, target, NULL) > target) {
+  if (fits > lo)
+    hi = fits;
+  double never = top * (rt->n - from) + 1;
+  while (count_groups(rt, from, hi, target, NULL) > target) {
     if (hi > never)
       return -1;
     lo = hi;
@@ -172,7 +208,7 @@ static double least_target(const pk_ctx_t *ctx, const uint32_t *order, uint32_t 
   }
   while (hi - lo > hi * 1e-7) {
     double mid = (lo + hi) / 2;
-    if (count_groups(ctx, order, mid, target, NULL) <= target)
+    if (count_groups(rt, from, mid, target, NULL) <= target)
       hi = mid;
     else
       lo = mid;
@@ -212,29 +248,18 @@ static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_grou
   return 0;
 }
 
-/* Groups at target t (least_target), the costliest halved until there are
- * m x dp; *halvings tells how many were. */
-static int pack_halved(auto_state_t *s, const uint32_t *order, uint32_t m, double t,
-                       uint32_t *halvings) {
-  const pk_ctx_t *ctx = s->ctx;
-  uint32_t target = m * s->dp;
-  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
-  if (grp == NULL)
-    return PK_ENOMEM;
-  int rc = 0;
-  uint32_t g = count_groups(ctx, order, t, target, grp);
-  *halvings = target - g;
-  /* Halve the costliest multi-row groups until there are exactly target;
-   * each halving adds one group. n >= target, so one always exists. */
+/* Halves the costliest multi-row groups among grp[from..g) until there are
+ * target groups in all; each halving adds one group. Fails (PK_EPRECOND)
+ * when no group there has two rows left. */
+static int halve_groups(const pk_ctx_t *ctx, const uint32_t *order, padded_group_t *grp,
+                        uint32_t from, uint32_t g, uint32_t target) {
   while (g < target) {
     uint32_t best = UINT32_MAX;
-    for (uint32_t q = 0; q < g; q++)
+    for (uint32_t q = from; q < g; q++)
       if (grp[q].rows >= 2 && (best == UINT32_MAX || grp[q].cost > grp[best].cost))
         best = q;
-    if (best == UINT32_MAX) {
-      rc = PK_EPRECOND;
-      goto done;
-    }
+    if (best == UINT32_MAX)
+      return PK_EPRECOND;
     padded_group_t *b = &grp[best];
     uint32_t keep = b->rows - b->rows / 2, moved = b->rows / 2;
     uint32_t second = b->first + keep;
@@ -242,7 +267,69 @@ static int pack_halved(auto_state_t *s, const uint32_t *order, uint32_t m, doubl
     b->cost = (double)keep * ctx->cost[order[b->first]];
     grp[g++] = (padded_group_t){second, moved, (double)moved * ctx->cost[order[second]]};
   }
-  rc = deal_groups(s, order, grp, m);
+  return 0;
+}
+
+/* Groups at target t (least_target), the costliest halved until there are
+ * m x dp; *halvings tells how many were. */
+static int pack_halved(auto_state_t *s, const uint32_t *order, const padded_rows_t *rt, uint32_t m,
+                       double t, uint32_t *halvings) {
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t target = m * s->dp;
+  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
+  if (grp == NULL)
+    return PK_ENOMEM;
+  uint32_t g = count_groups(rt, 0, t, target, grp);
+  *halvings = target - g;
+  /* n >= target, so a multi-row group always exists. */
+  int rc = halve_groups(ctx, order, grp, 0, g, target);
+  if (rc == 0)
+    rc = deal_groups(s, order, grp, m);
+  free(grp);
+  return rc;
+}
+
+/* Column levels: where the widest items cost more than the common target
+ * t, the first columns' levels are set by their heads anyway, and groups
+ * closed at t leave those columns mostly empty (their other micro-batches
+ * cost about t, far below the head), so the later columns hold too much.
+ * Here, column by column while the widest item left costs more than t, the
+ * column's dp groups are closed at that item's cost (it stands alone; the
+ * next groups take as many rows as that level allows); the items left are
+ * then grouped at their own least target and the costliest of those groups
+ * halved to the count. Every column keeps at least one item for each
+ * micro-batch after it. The shape follows the step bound (bounds.c): the
+ * top columns hold the costliest tokens up to their forced levels. */
+static int pack_levels(auto_state_t *s, const uint32_t *order, const padded_rows_t *rt, uint32_t m,
+                       double t) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t dp = s->dp, n = ctx->n, target = m * dp, g = 0, from = 0;
+  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
+  if (grp == NULL)
+    return PK_ENOMEM;
+  int rc = PK_EPRECOND;
+  for (uint32_t c = 0; c + 1 < m && ctx->cost[order[from]] > t; c++) {
+    double head = ctx->cost[order[from]];
+    for (uint32_t q = 0; q < dp; q++) {
+      uint32_t after = target - g - 1; /* Groups still to open after this one. */
+      if (n - from <= after)
+        goto done;
+      uint64_t rows = run_rows(cfg, ctx->size[order[from]], ctx->cost[order[from]], head);
+      rows = PK_MIN(rows, (uint64_t)(n - from - after));
+      grp[g++] = (padded_group_t){from, (uint32_t)rows, (double)rows * ctx->cost[order[from]]};
+      from += (uint32_t)rows;
+    }
+  }
+  double rest_t = least_target(rt, from, target - g, t);
+  if (rest_t < 0)
+    goto done;
+  uint32_t rest = count_groups(rt, from, rest_t, target - g, grp + g);
+  if (rest > target - g)
+    goto done;
+  rc = halve_groups(ctx, order, grp, g, g + rest, target);
+  if (rc == 0)
+    rc = deal_groups(s, order, grp, m);
 done:
   free(grp);
   return rc;
@@ -512,31 +599,70 @@ static double padded_step(const auto_state_t *s) {
   return step;
 }
 
+/* The room the columns whose level is above t leave below their level,
+ * per rank: sum over those columns of (level - their mean cost). What
+ * pack_levels can fill. */
+static double head_room(const auto_state_t *s, double t) {
+  const pk_cfg_t *cfg = s->ctx->cfg;
+  double room = 0;
+  for (uint32_t c = 0; c < s->m; c++) {
+    double level = 0, sum = 0;
+    for (uint32_t q = 0; q < s->dp; q++) {
+      const pk_bin_t *b = &s->bins[(size_t)c * s->dp + q];
+      double cost = padded_cost(cfg, b->count, b->width);
+      level = PK_MAX(level, cost);
+      sum += cost;
+    }
+    if (level > t)
+      room += level - sum / s->dp;
+  }
+  return room;
+}
+
 int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
                              pk_bin_t *saved_bins, uint32_t *saved_item_bin) {
   size_t nbins = (size_t)m * s->dp, n = s->ctx->n;
   uint32_t target = m * s->dp, halvings = 0;
-  double t = least_target(s->ctx, order, target);
-  if (t < 0)
-    return PK_EPRECOND;
-  int rc = pack_halved(s, order, m, t, &halvings);
+  padded_rows_t rt;
+  int rc = rows_init(&rt, s->ctx, order);
+  if (rc != 0)
+    goto done;
+  double t = least_target(&rt, 0, target, 0);
+  if (t < 0) {
+    rc = PK_EPRECOND;
+    goto done;
+  }
+  rc = pack_halved(s, order, &rt, m, t, &halvings);
   if (rc == 0)
     rc = pk_auto_refine_padded(s);
   if (rc != 0)
-    return rc;
-  double halved = padded_step(s);
-  if (halvings < PK_MAX(1, target / 100))
-    return 0;
+    goto done;
+  double best = padded_step(s);
+  bool try_even = halvings >= PK_MAX(1, target / 100);
+  bool try_levels = rt.cost[0] > t && head_room(s, t) > best * 2e-3;
+  if (!try_even && !try_levels)
+    goto done;
+  /* saved_* hold the best packing so far. */
   memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
   memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
-  rc = pack_even(s, order, m, t);
-  if (rc == 0)
-    rc = pk_auto_refine_padded(s);
-  if (rc == PK_ENOMEM)
-    return rc;
-  if (rc != 0 || padded_step(s) >= halved) {
-    memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
-    memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
+  for (int a = 0; a < 2; a++) {
+    if (!(a == 0 ? try_even : try_levels))
+      continue;
+    rc = a == 0 ? pack_even(s, order, m, t) : pack_levels(s, order, &rt, m, t);
+    if (rc == 0)
+      rc = pk_auto_refine_padded(s);
+    if (rc == PK_ENOMEM)
+      goto done;
+    if (rc == 0 && padded_step(s) < best) {
+      best = padded_step(s);
+      memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
+      memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
+    }
   }
-  return 0;
+  rc = 0;
+  memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
+  memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
+done:
+  rows_free(&rt);
+  return rc;
 }

@@ -170,6 +170,9 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  * whichever is worth more, the next single or the next micro-batch of
  * others, and U_k grows from U_{k-1} by dp such steps. */
 static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cost, uint32_t m);
+static double padded_runs_sharpen(const pk_ctx_t *ctx, const uint32_t *by, const double *lvl,
+                                  const double *cap_cost, uint32_t m, double total, double best,
+                                  double known_step);
 
 /* A walk over by[from..n), largest first, taking whole items. */
 typedef struct hold_walk {
@@ -195,7 +198,7 @@ static double hold_walk_to(const pk_ctx_t *ctx, const uint32_t *by, hold_walk_t 
   return held;
 }
 
-double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
+double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
   if (n == 0 || m == 0)
@@ -247,8 +250,9 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
     if (k < m)
       lvl[k + 1] = first_out < n ? ctx->cost[by[first_out]] : 0;
   }
-  if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
+  if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX) {
     padded_hold(ctx, by, cap_cost, m);
+  }
   /* suffix[k] = sum of l_j for j > k. */
   double best = plain, prefix = 0, suffix = 0;
   for (uint32_t j = 1; j <= m; j++)
@@ -262,6 +266,8 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m) {
     double b = prefix + PK_MAX(rest, PK_MAX(suffix, 0.0));
     best = PK_MAX(best, b);
   }
+  if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
+    best = padded_runs_sharpen(ctx, by, lvl, cap_cost, m, total, best, known_step);
   free(owned);
   free(lvl);
   free(cap_cost);
@@ -315,4 +321,189 @@ static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cos
     if (held < cap_cost[k])
       cap_cost[k] = held;
   }
+}
+
+/* PADDED: the most item cost g micro-batches hold, through runs. A
+ * micro-batch whose widest row is w holds at most R(w) = min(cap / w,
+ * max_seqs) rows. Among the selections of at most g micro-batches holding
+ * the most cost, one is made of runs of the size-descending order, each
+ * opened by an item i and taking the R(w_i) items from i on (fewer at the
+ * end): take the first item i any micro-batch holds, give its micro-batch
+ * the items i .. i + R(w_i) - 1 (the costliest of the items from i on, none
+ * wider than w_i), and hand that micro-batch's former items to the others
+ * in place of the ones it took, dropping the rest; no micro-batch widens,
+ * and the items gained cost at least as much as the ones dropped and are at
+ * least as many. By induction on the items after the run, so it is.
+ *
+ * The best run selection with any number of runs, each charged lambda, is
+ * an O(n) recursion over the items from the last: h(i) = max(h(i + 1),
+ * cost of run i - lambda + h(end of run i)). For every lambda >= 0 the
+ * most cost g micro-batches hold is at most h(0) + lambda x g (weak
+ * duality), so any lambda gives a valid bound; a bisection on lambda
+ * (the runs h takes fall as lambda grows) finds a good one. */
+typedef struct runs_dual {
+  uint32_t n;
+  const uint32_t *end; /* Where the run opened by item i ends. */
+  const double *pre;   /* Prefix sums of the costs in by order. */
+  const double *vmax;  /* The costliest run opened at i or later. */
+  double total;        /* pre[n]. */
+  uint32_t greedy;     /* Runs of the greedy walk from the first item. */
+  double *h;
+  uint32_t *runs;
+} runs_dual_t;
+
+/* h(0) for lambda > 0; *runs gets the runs its selection takes. No run
+ * opened at or after i0, the first i with vmax[i] <= lambda, is worth its
+ * charge, so h is 0 from there and the recursion starts at i0. */
+static double runs_dual_value(runs_dual_t *d, double lambda, uint32_t *runs) {
+  uint32_t lo = 0, hi = d->n;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (d->vmax[mid] <= lambda)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  uint32_t i0 = lo;
+  d->h[i0] = 0;
+  d->runs[i0] = 0;
+  for (uint32_t i = i0; i-- > 0;) {
+    uint32_t e = PK_MIN(d->end[i], i0);
+    double take = d->pre[d->end[i]] - d->pre[i] - lambda + d->h[e];
+    bool opens = take > d->h[i + 1];
+    d->h[i] = opens ? take : d->h[i + 1];
+    d->runs[i] = opens ? d->runs[e] + 1 : d->runs[i + 1];
+  }
+  *runs = d->runs[0];
+  return d->h[0];
+}
+
+/* The least U_k the runs allow: min over lambda >= 0 of B(lambda) = h(0) +
+ * lambda x g, a convex piecewise linear function whose slope at lambda is g
+ * minus the runs h takes. At lambda = 0 every item is taken: B = total,
+ * and the greedy walk is a selection doing so, so g minus its runs is a
+ * slope there. Cutting planes: the tangents at the two ends of the bracket
+ * meet at the next lambda to try; the bracket keeps a lambda with slope < 0
+ * and one with slope >= 0. Every lambda tried gives a valid bound and the
+ * least is kept; the walk stops when the tangents' meeting point is within
+ * 1e-4 of it (or after 16 tries). */
+static double runs_hold(runs_dual_t *d, double top, double g) {
+  double lo = 0, b_lo = d->total, s_lo = g - d->greedy;
+  double hi = top, b_hi = top * g, s_hi = g; /* No run pays at top: h = 0. */
+  if (s_lo >= 0)
+    return b_lo; /* The greedy runs fit in g: every item is held. */
+  double best = PK_MIN(b_lo, b_hi);
+  for (int it = 0; it < 16 && hi - lo > top * 1e-12; it++) {
+    /* b_lo + s_lo (x - lo) = b_hi + s_hi (x - hi). */
+    double x = s_hi - s_lo > 0 ? (b_hi - b_lo + s_lo * lo - s_hi * hi) / (s_lo - s_hi) : lo;
+    if (!(x > lo && x < hi))
+      x = (lo + hi) / 2;
+    double floor_b = b_lo + s_lo * (x - lo);
+    if (best - floor_b <= best * 1e-4)
+      break;
+    uint32_t r;
+    double v = runs_dual_value(d, x, &r) + x * g;
+    best = PK_MIN(best, v);
+    if ((double)r > g) {
+      lo = x;
+      b_lo = v;
+      s_lo = g - r;
+    } else {
+      hi = x;
+      b_hi = v;
+      s_hi = g - r;
+    }
+  }
+  return best;
+}
+
+static bool potential_higher(const void *arg, uint32_t x, uint32_t y) {
+  const double *pot = arg;
+  return pot[x] > pot[y];
+}
+
+/* Raises best (the step bound) with U_k from runs (runs_hold) where that
+ * can raise it. The greedy runs from the widest item are a selection of
+ * runs, so U_k from runs is at least the cost the first k x dp of them
+ * hold; that caps how far each k can raise the bound, and the k are tried
+ * from the most promising down until none can (at most 8 of them: each
+ * costs a few O(n) passes) or best is within 0.5 % of known_step. Out of
+ * memory leaves best as it is. */
+static double padded_runs_sharpen(const pk_ctx_t *ctx, const uint32_t *by, const double *lvl,
+                                  const double *cap_cost, uint32_t m, double total, double best,
+                                  double known_step) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n;
+  double dp = cfg->dp;
+  uint32_t *end = pk_malloc_array((size_t)n + 1, sizeof *end);
+  double *pre = pk_malloc_array((size_t)n + 1, sizeof *pre);
+  double *h = pk_malloc_array((size_t)n + 1, sizeof *h);
+  uint32_t *runs = pk_malloc_array((size_t)n + 1, sizeof *runs);
+  double *vmax = pk_malloc_array((size_t)n + 1, sizeof *vmax);
+  double *prefix = pk_malloc_array((size_t)m + 1, sizeof *prefix);
+  double *pot = pk_malloc_array((size_t)m + 1, sizeof *pot);
+  uint32_t *ks = pk_malloc_array((size_t)m + 1, sizeof *ks);
+  uint32_t *tmp = pk_malloc_array((size_t)m + 1, sizeof *tmp);
+  if (end == NULL || pre == NULL || h == NULL || runs == NULL || vmax == NULL || prefix == NULL ||
+      pot == NULL || ks == NULL || tmp == NULL)
+    goto done;
+  pre[0] = 0;
+  double top = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t w = ctx->size[by[i]];
+    uint64_t rows = PK_MIN(w == 0 ? UINT64_MAX : cfg->cap / w, (uint64_t)cfg->max_seqs);
+    rows = PK_MAX(rows, 1);
+    end[i] = rows >= n - i ? n : i + (uint32_t)rows;
+    pre[i + 1] = pre[i] + ctx->cost[by[i]];
+  }
+  vmax[n] = 0;
+  for (uint32_t i = n; i-- > 0;)
+    vmax[i] = PK_MAX(vmax[i + 1], pre[end[i]] - pre[i]);
+  top = vmax[0];
+  prefix[0] = 0;
+  for (uint32_t k = 1; k <= m; k++)
+    prefix[k] = prefix[k - 1] + lvl[k];
+  /* pot[k]: the most k can give, with U_k no lower than the greedy runs'
+   * cost (nor than cap_cost[k] when that is lower). */
+  uint32_t at = 0, greedy = 0;
+  for (uint32_t k = 1; k <= m; k++) {
+    while (at < n && greedy < (uint64_t)k * cfg->dp) {
+      at = end[at];
+      greedy++;
+    }
+    double floor_u = PK_MIN(pre[at], cap_cost[k]);
+    double suffix = PK_MAX(prefix[m] - prefix[k], 0.0);
+    pot[k] = prefix[k] + PK_MAX((total - floor_u) / dp, suffix);
+    ks[k - 1] = k;
+  }
+  pk_merge_sort_u32(ks, tmp, m, potential_higher, pot);
+  runs_dual_t d = {.n = n,
+                   .end = end,
+                   .pre = pre,
+                   .vmax = vmax,
+                   .total = pre[n],
+                   .greedy = 0,
+                   .h = h,
+                   .runs = runs};
+  for (uint32_t i = 0; i < n; i = end[i])
+    d.greedy++;
+  for (uint32_t q = 0; q < m && q < 8; q++) {
+    uint32_t k = ks[q];
+    if (pot[k] <= best * (1 + 1e-12) || best * 1.005 >= known_step)
+      break;
+    double u = PK_MIN(cap_cost[k], runs_hold(&d, top, (double)k * dp));
+    double suffix = PK_MAX(prefix[m] - prefix[k], 0.0);
+    best = PK_MAX(best, prefix[k] + PK_MAX((total - u) / dp, suffix));
+  }
+done:
+  free(end);
+  free(pre);
+  free(h);
+  free(runs);
+  free(vmax);
+  free(prefix);
+  free(pot);
+  free(ks);
+  free(tmp);
+  return best;
 }

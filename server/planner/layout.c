@@ -1,5 +1,6 @@
 /* From assignments to a plan: micro-batch order, packed layouts, loss scales
  * and the figures of DESIGN.md. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -156,8 +157,19 @@ int pk_build_add_mini_batch(pk_build_t *b, const pk_ctx_t *ctx, const pk_assign_
     bin_cost[i] = c;
   }
   /* Step-cost lower bound for plans with m micro-batches per rank
-   * (bounds.c; it includes the mean rank load and the costliest item). */
-  b->step_lb += pk_step_lower_bound(ctx, m);
+   * (bounds.c; it includes the mean rank load and the costliest item),
+   * told this plan's step when its columns stay aligned. */
+  double plan_step = INFINITY;
+  if (a->columns) {
+    plan_step = 0;
+    for (uint32_t j = 0; j < m; j++) {
+      double mx = 0;
+      for (uint32_t q = 0; q < dp; q++)
+        mx = PK_MAX(mx, bin_cost[(size_t)q * m + j]);
+      plan_step += mx;
+    }
+  }
+  b->step_lb += pk_step_lower_bound(ctx, m, plan_step);
 
   size_t off = b->nrecs;
   for (uint32_t r = 0; r < dp; r++) {

@@ -167,9 +167,12 @@ int pk_fixed_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t err
  * ranks (PADDED: exact greedy grouping; PACKED: Martello-Toth L2, at least
  * ceil(sum size / cap)). Returns ctx->micro_lb when it is set. */
 uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx);
-/* The least step cost (sum over micro-batch slots of the costliest rank) of
- * any plan of the mini-batch with m micro-batches per rank. */
-double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m);
+/* A lower bound on the least step cost (sum over micro-batch slots of the
+ * costliest rank) of any plan of the mini-batch with m micro-batches per
+ * rank. known_step is the step cost of a plan at hand (INFINITY when none):
+ * the costlier sharpenings stop once the bound is within 0.5 % of it (the
+ * tolerance the planner is judged by). */
+double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step);
 
 /* Small utilities (util.c). */
 uint64_t pk_round_up(uint64_t x, uint64_t m);

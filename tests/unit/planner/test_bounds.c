@@ -89,7 +89,7 @@ static void check_random(uint32_t mode) {
         continue;
       if (fewest == 0)
         fewest = m;
-      double bound = pk_step_lower_bound(&f.ctx, m);
+      double bound = pk_step_lower_bound(&f.ctx, m, INFINITY);
       if (bound > best * (1 + 1e-9))
         fail_msg("iter %d: step bound %.6f above the optimum %.6f (n %u dp %u m %u cap %llu)", iter,
                  bound, best, n, dp, m, (unsigned long long)cap);
@@ -128,7 +128,7 @@ static void test_step_bound_cap(void **state) {
   f.cfg.lin = 0;
   f.cfg.quad = 1;
   fx_build(&f);
-  double bound = pk_step_lower_bound(&f.ctx, 2);
+  double bound = pk_step_lower_bound(&f.ctx, 2, INFINITY);
   assert_true(fabs(bound - 10400) < 1e-6);
   assert_true(fabs(brute_force(&f, 2) - 10400) < 1e-6);
   fx_free(&f);
@@ -150,10 +150,62 @@ static void test_step_bound_padded_singles(void **state) {
   f.cfg.lin = 1;
   f.cfg.quad = 0;
   fx_build(&f);
-  double bound = pk_step_lower_bound(&f.ctx, 2);
+  double bound = pk_step_lower_bound(&f.ctx, 2, INFINITY);
   assert_true(fabs(bound - 115.5) < 1e-6);
   assert_true(fabs(brute_force(&f, 2) - 120) < 1e-6);
   fx_free(&f);
+}
+
+/* PADDED: what k columns hold, through runs. Rows 97, 37, 37, 28, 28 and 24
+ * on 2 ranks x 2 micro-batches, cap 100, cost = rows x width. A micro-batch
+ * whose widest row is w holds at most 100 / w rows, so two micro-batches
+ * hold at most 97 + 80 ([97] and [28, 28, 24]) of the 251: the other column
+ * holds at least 74 on two ranks, and the bound is 97 + 37 = 134, the
+ * optimum ([97] with [28, 28, 24], then [37] and [37]). Counting tokens
+ * (fractionally, with the singles apart) lets two micro-batches hold 197
+ * and gives only 125.5. */
+static void test_step_bound_padded_runs(void **state) {
+  (void)state;
+  uint32_t lens[] = {28, 28, 97, 37, 37, 24};
+  fx_t f;
+  fx_init(&f, lens, 6, 2, PK_MODE_PADDED, 100);
+  f.cfg.lin = 1;
+  f.cfg.quad = 0;
+  fx_build(&f);
+  double bound = pk_step_lower_bound(&f.ctx, 2, INFINITY);
+  assert_true(fabs(bound - 134) < 1e-6);
+  assert_true(fabs(brute_force(&f, 2) - 134) < 1e-6);
+  fx_free(&f);
+}
+
+/* PADDED with wide, middle and narrow rows mixed (the runs bound is what
+ * decides there): the step bound never exceeds the exhaustive optimum. */
+static void test_bounds_padded_mixed(void **state) {
+  (void)state;
+  uint64_t seed = 0x72756e73ull;
+  for (int iter = 0; iter < 400; iter++) {
+    uint32_t n = 4 + fx_below(&seed, 4); /* 4..7 */
+    uint32_t lens[8];
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t kind = fx_below(&seed, 4);
+      lens[i] = kind == 0   ? 51 + fx_below(&seed, 49)
+                : kind == 1 ? 30 + fx_below(&seed, 20)
+                            : 5 + fx_below(&seed, 25);
+    }
+    fx_t f;
+    fx_init(&f, lens, n, 2, PK_MODE_PADDED, 100);
+    f.cfg.lin = 1;
+    f.cfg.quad = fx_below(&seed, 2) ? 0 : 0.01;
+    fx_build(&f);
+    for (uint32_t m = 1; 2 * m <= n && m <= 3; m++) {
+      double best = brute_force(&f, m);
+      double bound = pk_step_lower_bound(&f.ctx, m, INFINITY);
+      if (!isinf(best) && bound > best * (1 + 1e-9))
+        fail_msg("iter %d: step bound %.6f above the optimum %.6f (n %u m %u)", iter, bound, best,
+                 n, m);
+    }
+    fx_free(&f);
+  }
 }
 
 int main(void) {
@@ -162,6 +214,8 @@ int main(void) {
       cmocka_unit_test(test_bounds_padded),
       cmocka_unit_test(test_step_bound_cap),
       cmocka_unit_test(test_step_bound_padded_singles),
+      cmocka_unit_test(test_step_bound_padded_runs),
+      cmocka_unit_test(test_bounds_padded_mixed),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

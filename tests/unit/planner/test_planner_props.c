@@ -387,6 +387,30 @@ static void test_auto_padded_even_band(void **state) {
   assert_true(st.step_cost <= 1.105 * st.step_cost_lower_bound);
 }
 
+/* PADDED column levels: one row of 39 (cost 39 + 39^2 / 32 = 86.5) among
+ * 25 rows of 1..12 on 4 ranks x 2 micro-batches, cap 64. The 39 stands
+ * alone (two would exceed the cap) and sets the first column's level far
+ * above the least common target of the 8 groups (36), so closing every
+ * group at that target leaves the first column nearly empty and the second
+ * too full (step 120.66). With the first column's groups closed at the
+ * head's cost instead, the plan reaches the proven bound, 88.66. */
+static void test_auto_padded_levels(void **state) {
+  (void)state;
+  uint32_t lengths[] = {39, 12, 9,  7, 7, 9, 12, 2, 3, 3,  3, 11, 4,
+                        2,  1,  11, 7, 6, 4, 7,  2, 7, 11, 9, 5,  9};
+  pk_request_t req = {.lengths = lengths, .n = 26};
+  req.parallel.dp = 4;
+  req.batching.max_tokens = 64;
+  req.batching.mode = PK_MODE_PADDED;
+  req.cost.linear = 1;
+  req.cost.quadratic = 1.0 / 32;
+  pk_stats_t st;
+  assert_int_equal(plan_and_check(&req, &st), 0);
+  print_message("step %.4f, bound %.4f\n", st.step_cost, st.step_cost_lower_bound);
+  assert_int_equal(st.micro_batches_per_rank, 2);
+  assert_true(st.step_cost <= st.step_cost_lower_bound * (1 + 1e-9));
+}
+
 /* Small random PADDED batches (zero lengths, max_seqs, rounding, tiny caps)
  * through AUTO: every rule holds, the count is the bound, and no plan is
  * below the proven step bound. */
@@ -453,6 +477,7 @@ int main(void) {
       cmocka_unit_test(test_auto_lowers_across_columns),
       cmocka_unit_test(test_auto_exchanges_across_columns),
       cmocka_unit_test(test_auto_padded_even_band),
+      cmocka_unit_test(test_auto_padded_levels),
       cmocka_unit_test(test_auto_padded_random),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
