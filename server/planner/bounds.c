@@ -168,7 +168,11 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  * both concave as the items are read largest first), so the largest is
  * reached by handing the k x dp micro-batches out one at a time to
  * whichever is worth more, the next single or the next micro-batch of
- * others, and U_k grows from U_{k-1} by dp such steps. */
+ * others, and U_k grows from U_{k-1} by dp such steps. Tokens and singles
+ * still let a micro-batch fill the whole cap; a micro-batch of rows of
+ * width w holds at most cap / w of them, so runs of the size-descending
+ * order bound U_k more tightly where the rows are coarse
+ * (padded_runs_sharpen, below). */
 static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cost, uint32_t m);
 static double padded_runs_sharpen(const pk_ctx_t *ctx, const uint32_t *by, const double *lvl,
                                   const double *cap_cost, uint32_t m, double total, double best,
