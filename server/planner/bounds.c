@@ -343,8 +343,8 @@ static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cos
  * an O(n) recursion over the items from the last: h(i) = max(h(i + 1),
  * cost of run i - lambda + h(end of run i)). For every lambda >= 0 the
  * most cost g micro-batches hold is at most h(0) + lambda x g (weak
- * duality), so any lambda gives a valid bound; a bisection on lambda
- * (the runs h takes fall as lambda grows) finds a good one. */
+ * duality), so any lambda gives a valid bound; runs_hold searches for a
+ * good one (the runs h takes fall as lambda grows). */
 typedef struct runs_dual {
   uint32_t n;
   const uint32_t *end; /* Where the run opened by item i ends. */
