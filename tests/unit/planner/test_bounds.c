@@ -113,6 +113,22 @@ static void test_bounds_padded(void **state) {
   check_random(PK_MODE_PADDED);
 }
 
+/* The step bound of lens on 2 ranks x m micro-batches (cost lin x a +
+ * quad x a^2) is `bound`, and the exhaustive optimum is `optimum`. */
+static void assert_bound(const uint32_t *lens, uint32_t n, uint32_t mode, uint64_t cap, double lin,
+                         double quad, uint32_t m, double bound, double optimum) {
+  fx_t f;
+  fx_init(&f, lens, n, 2, mode, cap);
+  f.cfg.lin = lin;
+  f.cfg.quad = quad;
+  fx_build(&f);
+  double got = pk_step_lower_bound(&f.ctx, m, INFINITY);
+  if (fabs(got - bound) > 1e-6)
+    fail_msg("step bound %.6f, expected %.6f", got, bound);
+  assert_true(fabs(brute_force(&f, m) - optimum) < 1e-6);
+  fx_free(&f);
+}
+
 /* The step bound sees the cap: one item of the cap's size and six small
  * ones on 2 ranks x 2 micro-batches, cap 100, cost a^2. The full item
  * fills a micro-batch alone, its column costs 10000 however the other
@@ -123,15 +139,7 @@ static void test_bounds_padded(void **state) {
 static void test_step_bound_cap(void **state) {
   (void)state;
   uint32_t lens[] = {100, 20, 20, 20, 20, 20, 20};
-  fx_t f;
-  fx_init(&f, lens, 7, 2, PK_MODE_PACKED, 100);
-  f.cfg.lin = 0;
-  f.cfg.quad = 1;
-  fx_build(&f);
-  double bound = pk_step_lower_bound(&f.ctx, 2, INFINITY);
-  assert_true(fabs(bound - 10400) < 1e-6);
-  assert_true(fabs(brute_force(&f, 2) - 10400) < 1e-6);
-  fx_free(&f);
+  assert_bound(lens, 7, PK_MODE_PACKED, 100, 0, 1, 2, 10400, 10400);
 }
 
 /* PADDED: rows wider than cap / 2 stand alone. Rows 90 and 51 and six of
@@ -145,15 +153,7 @@ static void test_step_bound_cap(void **state) {
 static void test_step_bound_padded_singles(void **state) {
   (void)state;
   uint32_t lens[] = {90, 51, 10, 10, 10, 10, 10, 10};
-  fx_t f;
-  fx_init(&f, lens, 8, 2, PK_MODE_PADDED, 100);
-  f.cfg.lin = 1;
-  f.cfg.quad = 0;
-  fx_build(&f);
-  double bound = pk_step_lower_bound(&f.ctx, 2, INFINITY);
-  assert_true(fabs(bound - 115.5) < 1e-6);
-  assert_true(fabs(brute_force(&f, 2) - 120) < 1e-6);
-  fx_free(&f);
+  assert_bound(lens, 8, PK_MODE_PADDED, 100, 1, 0, 2, 115.5, 120);
 }
 
 /* PADDED: what k columns hold, through runs. Rows 97, 37, 37, 28, 28 and 24
@@ -167,15 +167,7 @@ static void test_step_bound_padded_singles(void **state) {
 static void test_step_bound_padded_runs(void **state) {
   (void)state;
   uint32_t lens[] = {28, 28, 97, 37, 37, 24};
-  fx_t f;
-  fx_init(&f, lens, 6, 2, PK_MODE_PADDED, 100);
-  f.cfg.lin = 1;
-  f.cfg.quad = 0;
-  fx_build(&f);
-  double bound = pk_step_lower_bound(&f.ctx, 2, INFINITY);
-  assert_true(fabs(bound - 134) < 1e-6);
-  assert_true(fabs(brute_force(&f, 2) - 134) < 1e-6);
-  fx_free(&f);
+  assert_bound(lens, 6, PK_MODE_PADDED, 100, 1, 0, 2, 134, 134);
 }
 
 /* PADDED with wide, middle and narrow rows mixed (the runs bound is what
