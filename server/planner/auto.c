@@ -38,8 +38,11 @@
  *     a target cost found by bisection, the costliest halved until there are
  *     exactly M x dp of them; where that halved 1 % or more of them, also
  *     exactly M x dp runs with costs in one band as narrow as the count
- *     allows; each dealt in tiers of dp by cost and refined by row moves
- *     inside each column (pk_auto_refine_padded); the lower step is kept.
+ *     allows; where the widest rows cost more than the target and leave
+ *     their columns room below their level, also column levels (each such
+ *     column's runs closed at its head's cost, the rest at their own
+ *     target); each dealt in tiers of dp by cost and refined by row moves
+ *     inside each column (pk_auto_refine_padded); the lowest step is kept.
  *   - with equal_count, pk_auto_pack_padded_tiers: whole tiers per column.
  *  Finally deal_columns gives each column's micro-batches to ranks,
  *  costliest to the rank with the least total so far (DP balance for free:
