@@ -327,6 +327,22 @@ static void test_auto_tight_fill(void **state) {
   assert_true(repaired >= 2);
 }
 
+/* Plans lengths in `mode` on dp ranks, cap max_tokens, cost a + a^2 / 32,
+ * checking every rule; returns the stats. */
+static pk_stats_t plan_small(uint32_t *lengths, uint32_t n, uint32_t dp, uint64_t max_tokens,
+                             uint32_t mode) {
+  pk_request_t req = {.lengths = lengths, .n = n};
+  req.parallel.dp = dp;
+  req.batching.max_tokens = max_tokens;
+  req.batching.mode = mode;
+  req.cost.linear = 1;
+  req.cost.quadratic = 1.0 / 32;
+  pk_stats_t st;
+  assert_int_equal(plan_and_check(&req, &st), 0);
+  print_message("step %.4f, bound %.4f\n", st.step_cost, st.step_cost_lower_bound);
+  return st;
+}
+
 /* The first column's level is one long sequence, so its other micro-batches
  * cost far less and have tokens to spare, while the second column is level
  * and high: only moving items across columns lowers the step cost (the
@@ -336,15 +352,8 @@ static void test_auto_lowers_across_columns(void **state) {
   (void)state;
   uint32_t lengths[] = {14, 13, 73, 11, 12, 11, 8,  8, 8,  3, 11, 19,
                         15, 19, 5,  5,  7,  3,  13, 9, 13, 8, 18, 5};
-  pk_request_t req = {.lengths = lengths, .n = 24};
-  req.parallel.dp = 4;
-  req.batching.max_tokens = 76;
-  req.cost.linear = 1;
-  req.cost.quadratic = 1.0 / 32;
-  pk_stats_t st;
-  assert_int_equal(plan_and_check(&req, &st), 0);
+  pk_stats_t st = plan_small(lengths, 24, 4, 76, PK_MODE_PACKED);
   assert_int_equal(st.micro_batches_per_rank, 2);
-  print_message("step %.4f, bound %.4f\n", st.step_cost, st.step_cost_lower_bound);
   assert_true(st.step_cost <= 1.05 * st.step_cost_lower_bound);
 }
 
@@ -356,30 +365,8 @@ static void test_auto_lowers_across_columns(void **state) {
 static void test_auto_exchanges_across_columns(void **state) {
   (void)state;
   uint32_t lengths[] = {4, 16, 1, 7, 16, 4, 10, 12, 11, 16, 11, 40, 61, 5, 7, 7, 5, 6, 11, 3, 3};
-  pk_request_t req = {.lengths = lengths, .n = 21};
-  req.parallel.dp = 3;
-  req.batching.max_tokens = 81;
-  req.cost.linear = 1;
-  req.cost.quadratic = 1.0 / 32;
-  pk_stats_t st;
-  assert_int_equal(plan_and_check(&req, &st), 0);
-  print_message("step %.4f, bound %.4f\n", st.step_cost, st.step_cost_lower_bound);
+  pk_stats_t st = plan_small(lengths, 21, 3, 81, PK_MODE_PACKED);
   assert_true(st.step_cost <= 1.06 * st.step_cost_lower_bound);
-}
-
-/* Plans lengths in PADDED mode on dp ranks, cap max_tokens, cost a + a^2 /
- * 32, checking every rule; returns the stats. */
-static pk_stats_t plan_padded(uint32_t *lengths, uint32_t n, uint32_t dp, uint64_t max_tokens) {
-  pk_request_t req = {.lengths = lengths, .n = n};
-  req.parallel.dp = dp;
-  req.batching.max_tokens = max_tokens;
-  req.batching.mode = PK_MODE_PADDED;
-  req.cost.linear = 1;
-  req.cost.quadratic = 1.0 / 32;
-  pk_stats_t st;
-  assert_int_equal(plan_and_check(&req, &st), 0);
-  print_message("step %.4f, bound %.4f\n", st.step_cost, st.step_cost_lower_bound);
-  return st;
 }
 
 /* PADDED AUTO: when the cost target leaves fewer runs than micro-batches,
@@ -390,7 +377,7 @@ static pk_stats_t plan_padded(uint32_t *lengths, uint32_t n, uint32_t dp, uint64
 static void test_auto_padded_even_band(void **state) {
   (void)state;
   uint32_t lengths[] = {21, 14, 4, 43, 13, 3, 20, 10, 5, 12, 7, 1, 53, 52, 12, 11};
-  pk_stats_t st = plan_padded(lengths, 16, 4, 54);
+  pk_stats_t st = plan_small(lengths, 16, 4, 54, PK_MODE_PADDED);
   assert_true(st.step_cost <= 1.105 * st.step_cost_lower_bound);
 }
 
@@ -405,7 +392,7 @@ static void test_auto_padded_levels(void **state) {
   (void)state;
   uint32_t lengths[] = {39, 12, 9,  7, 7, 9, 12, 2, 3, 3,  3, 11, 4,
                         2,  1,  11, 7, 6, 4, 7,  2, 7, 11, 9, 5,  9};
-  pk_stats_t st = plan_padded(lengths, 26, 4, 64);
+  pk_stats_t st = plan_small(lengths, 26, 4, 64, PK_MODE_PADDED);
   assert_int_equal(st.micro_batches_per_rank, 2);
   assert_true(st.step_cost <= st.step_cost_lower_bound * (1 + 1e-9));
 }
