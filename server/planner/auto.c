@@ -228,6 +228,15 @@ int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count) {
   return 0;
 }
 
+void pk_auto_bin_lists(const auto_state_t *s, uint32_t *head, uint32_t *next) {
+  for (uint32_t i = 0; i < s->m * s->dp; i++)
+    head[i] = UINT32_MAX;
+  for (uint32_t k = s->ctx->n; k-- > 0;) {
+    next[k] = head[s->item_bin[k]];
+    head[s->item_bin[k]] = k;
+  }
+}
+
 static void list_remove(uint32_t *head, uint32_t *next, uint32_t i, uint32_t k) {
   uint32_t *p = &head[i];
   while (*p != k)

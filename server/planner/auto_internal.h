@@ -60,6 +60,10 @@ void pk_auto_sort_slots(auto_state_t *s, uint32_t base, bool by_foot);
 bool pk_auto_place_tier(auto_state_t *s, uint32_t c, const uint32_t *items);
 /* Items one by one to the first micro-batch with room. */
 int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count);
+/* Per-bin lists of the items: head[i] is micro-batch i's first item (by
+ * item number), next[k] the item after k (UINT32_MAX ends a list); head
+ * holds m x dp entries, next n. */
+void pk_auto_bin_lists(const auto_state_t *s, uint32_t *head, uint32_t *next);
 /* Moves item k to micro-batch `to`, keeping the per-bin lists head/next. */
 void pk_auto_move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t k, uint32_t to);
 

@@ -314,12 +314,7 @@ int pk_auto_lower_columns(auto_state_t *s) {
     free(level);
     return PK_ENOMEM;
   }
-  for (uint32_t i = 0; i < nbins; i++)
-    head[i] = UINT32_MAX;
-  for (uint32_t k = n; k-- > 0;) {
-    next[k] = head[s->item_bin[k]];
-    head[s->item_bin[k]] = k;
-  }
+  pk_auto_bin_lists(s, head, next);
   /* Exchanges cost more (a scan of all micro-batches per column for
    * partners, and many candidates per step): only where the plan is
    * further than PK_LOWER_EXCHANGE_GAP above the step bound and the scans

@@ -388,14 +388,9 @@ int pk_auto_refine_columns(auto_state_t *s) {
     free(nsorted);
     return PK_ENOMEM;
   }
-  for (uint32_t i = 0; i < nbins; i++)
-    head[i] = UINT32_MAX;
   for (uint32_t i = 0; i < rows; i++)
     nsorted[i] = UINT32_MAX; /* Not sorted yet. */
-  for (uint32_t k = n; k-- > 0;) {
-    next[k] = head[s->item_bin[k]];
-    head[s->item_bin[k]] = k;
-  }
+  pk_auto_bin_lists(s, head, next);
   uint32_t partners = wide ? PK_REFINE_PARTNERS : 2, scan = wide ? PK_REFINE_SCAN : 16;
   uint32_t iters = (wide ? 4 : 2) * dp;
   double tol = wide ? 2e-5 : 5e-4;

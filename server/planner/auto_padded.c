@@ -117,9 +117,7 @@ typedef struct padded_group {
 /* The most rows a run opened by width w (row cost c) takes under target
  * cost t, the cap and max_seqs: at least one. */
 static uint64_t run_rows(const pk_cfg_t *cfg, uint64_t w, double c, double t) {
-  uint64_t rows = cfg->max_seqs;
-  if (w > 0)
-    rows = PK_MIN(rows, cfg->cap / w);
+  uint64_t rows = pk_padded_cap_rows(cfg, w);
   if (c > 0 && t / c < (double)rows)
     rows = (uint64_t)(t / c);
   return PK_MAX(rows, 1);
@@ -145,7 +143,7 @@ static int rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *ord
   for (uint32_t i = 0; i < n; i++) {
     uint32_t k = order[i];
     rt->cost[i] = ctx->cost[k];
-    rt->cap_rows[i] = (uint32_t)PK_MIN(run_rows(ctx->cfg, ctx->size[k], 0, 0), (uint64_t)n);
+    rt->cap_rows[i] = (uint32_t)PK_MIN(pk_padded_cap_rows(ctx->cfg, ctx->size[k]), (uint64_t)n);
   }
   return 0;
 }
@@ -507,14 +505,9 @@ int pk_auto_refine_padded(auto_state_t *s) {
     free(real);
     return PK_ENOMEM;
   }
-  for (uint32_t i = 0; i < nbins; i++) {
-    head[i] = UINT32_MAX;
+  for (uint32_t i = 0; i < nbins; i++)
     real[i] = padded_cost(cfg, s->bins[i].count, s->bins[i].width);
-  }
-  for (uint32_t k = n; k-- > 0;) {
-    next[k] = head[s->item_bin[k]];
-    head[s->item_bin[k]] = k;
-  }
+  pk_auto_bin_lists(s, head, next);
   for (uint32_t c = 0; c < m; c++) {
     uint32_t base = c * dp;
     for (uint32_t iter = 0; iter < 2 * dp; iter++) {

@@ -28,6 +28,14 @@ static const uint32_t *sorted_items(const pk_ctx_t *ctx, uint32_t **owned) {
   return order;
 }
 
+/* PADDED: where the greedy run opened at position i of by ends: a
+ * micro-batch whose widest row is w takes pk_padded_cap_rows of them,
+ * fewer at the end. */
+static uint32_t run_end(const pk_ctx_t *ctx, const uint32_t *by, uint32_t i) {
+  uint64_t rows = pk_padded_cap_rows(ctx->cfg, ctx->size[by[i]]);
+  return rows >= ctx->n - i ? ctx->n : i + (uint32_t)rows;
+}
+
 /* PADDED: the fewest groups (micro-batches pooled over all ranks) any
  * grouping of the items needs, exactly. A group costs rows x its widest row.
  * Walking the widths in descending order, the widest remaining item opens a
@@ -38,17 +46,9 @@ static const uint32_t *sorted_items(const pk_ctx_t *ctx, uint32_t **owned) {
  * other groups within it (they lose width or keep it), so some optimal
  * grouping starts like the greedy one; induction on the rest. */
 static uint64_t padded_groups(const pk_ctx_t *ctx, const uint32_t *by_size) {
-  const pk_cfg_t *cfg = ctx->cfg;
   uint64_t groups = 0;
-  for (uint32_t i = 0; i < ctx->n;) {
-    uint64_t w = ctx->size[by_size[i]];
-    uint64_t rows = w == 0 ? UINT64_MAX : cfg->cap / w;
-    rows = PK_MIN(rows, (uint64_t)cfg->max_seqs);
-    if (rows == 0)
-      rows = 1; /* Cannot happen: validation rejects items above the cap. */
+  for (uint32_t i = 0; i < ctx->n; i = run_end(ctx, by_size, i))
     groups++;
-    i = rows >= ctx->n - i ? ctx->n : i + (uint32_t)rows;
-  }
   return groups;
 }
 
@@ -243,10 +243,7 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
     uint32_t first_out = walk.at;
     if (cfg->mode == PK_MODE_PADDED) {
       while (covered < n && groups < (uint64_t)k * cfg->dp) {
-        uint64_t w = ctx->size[by[covered]];
-        uint64_t rows = PK_MIN(w == 0 ? UINT64_MAX : cap / w, (uint64_t)cfg->max_seqs);
-        rows = PK_MAX(rows, 1);
-        covered = rows >= n - covered ? n : covered + (uint32_t)rows;
+        covered = run_end(ctx, by, covered);
         groups++;
       }
       first_out = PK_MIN(first_out, covered);
@@ -391,7 +388,8 @@ static double runs_dual_value(runs_dual_t *d, double lambda, uint32_t *runs) {
  * and one with slope >= 0. Every lambda tried gives a valid bound and the
  * least is kept; the walk stops when the tangents' meeting point is within
  * 1e-4 of it (or after 16 tries). */
-static double runs_hold(runs_dual_t *d, double top, double g) {
+static double runs_hold(runs_dual_t *d, double g) {
+  double top = d->vmax[0]; /* The costliest run. */
   double lo = 0, b_lo = d->total, s_lo = g - d->greedy;
   double hi = top, b_hi = top * g, s_hi = g; /* No run pays at top: h = 0. */
   if (s_lo >= 0)
@@ -452,18 +450,13 @@ static double padded_runs_sharpen(const pk_ctx_t *ctx, const uint32_t *by, const
       pot == NULL || ks == NULL || tmp == NULL)
     goto done;
   pre[0] = 0;
-  double top = 0;
   for (uint32_t i = 0; i < n; i++) {
-    uint64_t w = ctx->size[by[i]];
-    uint64_t rows = PK_MIN(w == 0 ? UINT64_MAX : cfg->cap / w, (uint64_t)cfg->max_seqs);
-    rows = PK_MAX(rows, 1);
-    end[i] = rows >= n - i ? n : i + (uint32_t)rows;
+    end[i] = run_end(ctx, by, i);
     pre[i + 1] = pre[i] + ctx->cost[by[i]];
   }
   vmax[n] = 0;
   for (uint32_t i = n; i-- > 0;)
     vmax[i] = PK_MAX(vmax[i + 1], pre[end[i]] - pre[i]);
-  top = vmax[0];
   prefix[0] = 0;
   for (uint32_t k = 1; k <= m; k++)
     prefix[k] = prefix[k - 1] + lvl[k];
@@ -480,22 +473,24 @@ static double padded_runs_sharpen(const pk_ctx_t *ctx, const uint32_t *by, const
     pot[k] = prefix[k] + PK_MAX((total - floor_u) / dp, suffix);
     ks[k - 1] = k;
   }
+  while (at < n) {
+    at = end[at];
+    greedy++;
+  }
   pk_merge_sort_u32(ks, tmp, m, potential_higher, pot);
   runs_dual_t d = {.n = n,
                    .end = end,
                    .pre = pre,
                    .vmax = vmax,
                    .total = pre[n],
-                   .greedy = 0,
+                   .greedy = greedy,
                    .h = h,
                    .runs = runs};
-  for (uint32_t i = 0; i < n; i = end[i])
-    d.greedy++;
   for (uint32_t q = 0; q < m && q < 8; q++) {
     uint32_t k = ks[q];
     if (pot[k] <= best * (1 + 1e-12) || best * 1.005 >= known_step)
       break;
-    double u = PK_MIN(cap_cost[k], runs_hold(&d, top, (double)k * dp));
+    double u = PK_MIN(cap_cost[k], runs_hold(&d, (double)k * dp));
     double suffix = PK_MAX(prefix[m] - prefix[k], 0.0);
     best = PK_MAX(best, prefix[k] + PK_MAX((total - u) / dp, suffix));
   }

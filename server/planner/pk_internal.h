@@ -142,6 +142,16 @@ int pk_validate(const pk_request_t *req, pk_cfg_t *cfg, char *err, size_t errlen
 /* The footprint of sequence length len in the cfg's mode: the aligned length
  * (PACKED, FIXED) or the row width rounded to lcm(round, A) (PADDED). */
 uint64_t pk_item_size(const pk_cfg_t *cfg, uint32_t len);
+/* PADDED: the most rows a micro-batch whose widest row is w may hold under
+ * the cap and max_seqs, at least one (validation rejects rows above the
+ * cap). */
+static inline uint64_t pk_padded_cap_rows(const pk_cfg_t *cfg, uint64_t w) {
+  uint64_t rows = cfg->max_seqs;
+  if (w > 0 && cfg->cap / w < rows)
+    rows = cfg->cap / w;
+  return rows > 0 ? rows : 1;
+}
+
 /* The cost of a slot of `aligned` tokens. */
 static inline double pk_slot_cost(const pk_cfg_t *cfg, uint64_t aligned) {
   double a = (double)aligned;
