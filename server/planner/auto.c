@@ -42,7 +42,9 @@
  *     their columns room below their level, also column levels (each such
  *     column's runs closed at its head's cost, the rest at their own
  *     target); each dealt in tiers of dp by cost and refined by row moves
- *     inside each column (pk_auto_refine_padded); the lowest step is kept.
+ *     inside each column (pk_auto_refine_padded); then, with at most 512 runs
+ *     and 32 per tier, the cut search (pk_auto_search_runs, auto_runs.c)
+ *     moves the cuts between the best runs; the lowest step is kept.
  *   - with equal_count, pk_auto_pack_padded_tiers: whole tiers per column.
  *  Finally deal_columns gives each column's micro-batches to ranks,
  *  costliest to the rank with the least total so far (DP balance for free:

@@ -94,12 +94,41 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
                         uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin,
                         uint32_t *count);
 
+/* PADDED (auto_padded.c). A run of the width-sorted order: a micro-batch
+ * whose widest row is the run's first. */
+typedef struct padded_group {
+  uint32_t first, rows; /* Positions [first, first + rows) of the order. */
+  double cost;          /* rows x c(widest). */
+} padded_group_t;
+
+/* The width-sorted items by position in their order (no indirection
+ * through the item numbers): each row's cost and the most rows a run it
+ * opens takes under the cap and max_seqs (at least one, at most n). */
+typedef struct padded_rows {
+  uint32_t n;
+  double *cost;
+  uint32_t *cap_rows;
+} padded_rows_t;
+
+int pk_padded_rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order);
+void pk_padded_rows_free(padded_rows_t *rt);
+
+/* The cut search (auto_runs.c): `count` runs that cover positions [0,
+ * rt->n), in any order, come back in position order with their step cost
+ * (costs sorted descending, in tiers of dp, the sum of the tier tops) no
+ * higher, every run within its first row's cap_rows. `moves` bounds the
+ * work; seed makes it deterministic. Returns 0 or PK_ENOMEM (runs
+ * unchanged). */
+int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t count, uint32_t dp,
+                        uint32_t moves, uint64_t seed);
+
 /* PADDED (auto_padded.c). */
 int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
                               uint32_t *m_out);
 int pk_auto_refine_padded(auto_state_t *s);
-/* The PADDED packings without equal_count (runs of like width, halved or
- * in an even band), each refined; keeps the lower step cost. PK_EPRECOND
+/* The PADDED packings without equal_count (runs of like width, halved, in
+ * an even band or in column levels, then the cut search from the best),
+ * each refined; keeps the lowest step cost. PK_EPRECOND
  * when m columns cannot hold the items. saved_* hold m x dp micro-batches
  * and n items. */
 int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,

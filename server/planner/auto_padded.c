@@ -109,11 +109,6 @@ int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m
  * multi-row groups are then halved until there are exactly M x dp. Groups
  * sorted by cost, descending, are dealt in tiers of dp: tier j is column j,
  * so the micro-batches that run together cost nearly the same. */
-typedef struct padded_group {
-  uint32_t first, rows; /* A run of the width-sorted order. */
-  double cost;          /* rows x c(widest). */
-} padded_group_t;
-
 /* The most rows a run opened by width w (row cost c) takes under target
  * cost t, the cap and max_seqs: at least one. */
 static uint64_t run_rows(const pk_cfg_t *cfg, uint64_t w, double c, double t) {
@@ -123,17 +118,7 @@ static uint64_t run_rows(const pk_cfg_t *cfg, uint64_t w, double c, double t) {
   return PK_MAX(rows, 1);
 }
 
-/* The width-sorted items as count_groups reads them, in their order's
- * positions (no indirection through the item numbers): each row's cost and
- * the most rows a run it opens takes under the cap and max_seqs (at least
- * one). */
-typedef struct padded_rows {
-  uint32_t n;
-  double *cost;
-  uint32_t *cap_rows;
-} padded_rows_t;
-
-static int rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order) {
+int pk_padded_rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order) {
   uint32_t n = ctx->n;
   rt->n = n;
   rt->cost = pk_malloc_array(n, sizeof *rt->cost);
@@ -148,7 +133,7 @@ static int rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *ord
   return 0;
 }
 
-static void rows_free(padded_rows_t *rt) {
+void pk_padded_rows_free(padded_rows_t *rt) {
   free(rt->cost);
   free(rt->cap_rows);
 }
@@ -269,22 +254,13 @@ static int halve_groups(const pk_ctx_t *ctx, const uint32_t *order, padded_group
 }
 
 /* Groups at target t (least_target), the costliest halved until there are
- * m x dp; *halvings tells how many were. */
-static int pack_halved(auto_state_t *s, const uint32_t *order, const padded_rows_t *rt, uint32_t m,
-                       double t, uint32_t *halvings) {
-  const pk_ctx_t *ctx = s->ctx;
-  uint32_t target = m * s->dp;
-  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
-  if (grp == NULL)
-    return PK_ENOMEM;
+ * target of them, into grp; *halvings tells how many were. */
+static int halved_runs(const pk_ctx_t *ctx, const uint32_t *order, const padded_rows_t *rt,
+                       uint32_t target, double t, padded_group_t *grp, uint32_t *halvings) {
   uint32_t g = count_groups(rt, 0, t, target, grp);
   *halvings = target - g;
   /* n >= target, so a multi-row group always exists. */
-  int rc = halve_groups(ctx, order, grp, 0, g, target);
-  if (rc == 0)
-    rc = deal_groups(s, order, grp, m);
-  free(grp);
-  return rc;
+  return halve_groups(ctx, order, grp, 0, g, target);
 }
 
 /* Column levels: where the widest items cost more than the common target
@@ -298,21 +274,16 @@ static int pack_halved(auto_state_t *s, const uint32_t *order, const padded_rows
  * halved to the count. Every column keeps at least one item for each
  * micro-batch after it. The shape follows the step bound (bounds.c): the
  * top columns hold the costliest tokens up to their forced levels. */
-static int pack_levels(auto_state_t *s, const uint32_t *order, const padded_rows_t *rt, uint32_t m,
-                       double t) {
-  const pk_ctx_t *ctx = s->ctx;
+static int level_runs(const pk_ctx_t *ctx, const uint32_t *order, const padded_rows_t *rt,
+                      uint32_t m, uint32_t dp, double t, padded_group_t *grp) {
   const pk_cfg_t *cfg = ctx->cfg;
-  uint32_t dp = s->dp, n = ctx->n, target = m * dp, g = 0, from = 0;
-  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
-  if (grp == NULL)
-    return PK_ENOMEM;
-  int rc = PK_EPRECOND;
+  uint32_t n = ctx->n, target = m * dp, g = 0, from = 0;
   for (uint32_t c = 0; c + 1 < m && ctx->cost[order[from]] > t; c++) {
     double head = ctx->cost[order[from]];
     for (uint32_t q = 0; q < dp; q++) {
       uint32_t after = target - g - 1; /* Groups still to open after this one. */
       if (n - from <= after)
-        goto done;
+        return PK_EPRECOND;
       uint64_t rows = run_rows(cfg, ctx->size[order[from]], ctx->cost[order[from]], head);
       rows = PK_MIN(rows, (uint64_t)(n - from - after));
       grp[g++] = (padded_group_t){from, (uint32_t)rows, (double)rows * ctx->cost[order[from]]};
@@ -321,16 +292,11 @@ static int pack_levels(auto_state_t *s, const uint32_t *order, const padded_rows
   }
   double rest_t = least_target(rt, from, target - g, t);
   if (rest_t < 0)
-    goto done;
+    return PK_EPRECOND;
   uint32_t rest = count_groups(rt, from, rest_t, target - g, grp + g);
   if (rest > target - g)
-    goto done;
-  rc = halve_groups(ctx, order, grp, g, g + rest, target);
-  if (rc == 0)
-    rc = deal_groups(s, order, grp, m);
-done:
-  free(grp);
-  return rc;
+    return PK_EPRECOND;
+  return halve_groups(ctx, order, grp, g, g + rest, target);
 }
 
 /* Even groups: exactly m x dp runs whose costs lie in [lo_t, hi_t] where
@@ -338,7 +304,7 @@ done:
  * and min(hi_t / c(w), cap / w, max_seqs) rows, at least one and at most
  * the latter; the last run may be shorter), with hi_t the least target of
  * count_groups and lo_t as high as an exact count allows (bisection to
- * 0.4 % of hi_t). Halving the costliest groups (pack_halved) leaves a tail
+ * 0.4 % of hi_t). Halving the costliest groups (halved_runs) leaves a tail
  * of half-cost groups whose columns run far below the others; here every
  * run that can reach the common band does.
  *
@@ -443,15 +409,14 @@ static bool cut_runs(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *ba
   return g == target;
 }
 
-static int pack_even(auto_state_t *s, const uint32_t *order, uint32_t m, double hi_t) {
-  const pk_ctx_t *ctx = s->ctx;
-  uint32_t n = ctx->n, target = m * s->dp;
-  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
+static int even_runs(const pk_ctx_t *ctx, const uint32_t *order, uint32_t target, double hi_t,
+                     padded_group_t *grp) {
+  uint32_t n = ctx->n;
   uint32_t *fewest = pk_malloc_array((size_t)n + 1, sizeof *fewest);
   uint32_t *most = pk_malloc_array((size_t)n + 1, sizeof *most);
   uint32_t *dq = pk_malloc_array(2 * ((size_t)n + 1), sizeof *dq);
   int rc = PK_EPRECOND;
-  if (grp == NULL || fewest == NULL || most == NULL || dq == NULL) {
+  if (fewest == NULL || most == NULL || dq == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -469,17 +434,16 @@ static int pack_even(auto_state_t *s, const uint32_t *order, uint32_t m, double 
       hi = band.lo_t;
   }
   band = (even_band_t){.lo_t = lo, .hi_t = hi_t};
-  if (!count_range(ctx, order, &band, fewest, most, dq) ||
-      !cut_runs(ctx, order, &band, fewest, most, target, grp))
-    goto done;
-  rc = deal_groups(s, order, grp, m);
+  if (count_range(ctx, order, &band, fewest, most, dq) &&
+      cut_runs(ctx, order, &band, fewest, most, target, grp))
+    rc = 0;
 done:
-  free(grp);
   free(fewest);
   free(most);
   free(dq);
   return rc;
 }
+
 /* PADDED refinement: a micro-batch costs rows x c(widest row). Inside every
  * column, repeatedly take the costliest micro-batch and move one of its rows
  * (its narrowest, or its widest, which may narrow it) to one of the two
@@ -594,7 +558,7 @@ static double padded_step(const auto_state_t *s) {
 
 /* The room the columns whose level is above t leave below their level,
  * per rank: sum over those columns of (level - their mean cost). What
- * pack_levels can fill. */
+ * level_runs can fill. */
 static double head_room(const auto_state_t *s, double t) {
   const pk_cfg_t *cfg = s->ctx->cfg;
   double room = 0;
@@ -612,42 +576,78 @@ static double head_room(const auto_state_t *s, double t) {
   return room;
 }
 
+/* The runs into the state (deal_groups), refined; *step gets the step
+ * cost. */
+static int finish_runs(auto_state_t *s, const uint32_t *order, const padded_group_t *grp,
+                       uint32_t m, double *step) {
+  int rc = deal_groups(s, order, grp, m);
+  if (rc == 0)
+    rc = pk_auto_refine_padded(s);
+  if (rc == 0)
+    *step = padded_step(s);
+  return rc;
+}
+
+/* Moves of the cut search for `runs` runs in tiers of dp: 20000 where
+ * there are at most 512 runs and at most 32 per tier, else none (an
+ * accepted move costs O(runs)). Measured on the bench samples that miss
+ * the efficiency target: at 8 runs per tier 20000 moves lower the step cost
+ * by up to 4 % (about 1 ms at 40 runs); at 64 per tier (n = 4096, DP 64)
+ * 50000 moves gained 0.7 % on one of 8 samples and nothing on the others,
+ * at 3 to 14 ms. */
+static uint32_t search_moves(uint32_t runs, uint32_t dp) {
+  return runs <= 512 && dp <= 32 ? 20000 : 0;
+}
+
 int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
                              pk_bin_t *saved_bins, uint32_t *saved_item_bin) {
-  size_t nbins = (size_t)m * s->dp, n = s->ctx->n;
+  const pk_ctx_t *ctx = s->ctx;
+  size_t nbins = (size_t)m * s->dp, n = ctx->n;
   uint32_t target = m * s->dp, halvings = 0;
   padded_rows_t rt;
-  int rc = rows_init(&rt, s->ctx, order);
+  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
+  padded_group_t *best_grp = pk_malloc_array(target, sizeof *best_grp);
+  int rc = pk_padded_rows_init(&rt, ctx, order);
+  if (rc == 0 && (grp == NULL || best_grp == NULL))
+    rc = PK_ENOMEM;
   if (rc != 0)
     goto done;
-  double t = least_target(&rt, 0, target, 0);
+  double t = least_target(&rt, 0, target, 0), best = 0, step = 0;
   if (t < 0) {
     rc = PK_EPRECOND;
     goto done;
   }
-  rc = pack_halved(s, order, &rt, m, t, &halvings);
+  rc = halved_runs(ctx, order, &rt, target, t, grp, &halvings);
   if (rc == 0)
-    rc = pk_auto_refine_padded(s);
+    rc = finish_runs(s, order, grp, m, &best);
   if (rc != 0)
     goto done;
-  double best = padded_step(s);
-  bool try_even = halvings >= PK_MAX(1, target / 100);
-  bool try_levels = rt.cost[0] > t && head_room(s, t) > best * 2e-3;
-  if (!try_even && !try_levels)
-    goto done;
-  /* saved_* hold the best packing so far. */
+  /* saved_* and best_grp hold the best packing so far and its runs. */
+  memcpy(best_grp, grp, target * sizeof *grp);
   memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
   memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
-  for (int a = 0; a < 2; a++) {
-    if (!(a == 0 ? try_even : try_levels))
+  bool try_even = halvings >= PK_MAX(1, target / 100);
+  bool try_levels = rt.cost[0] > t && head_room(s, t) > best * 2e-3;
+  uint32_t moves = search_moves(target, s->dp);
+  for (int a = 0; a < 3; a++) {
+    if ((a == 0 && !try_even) || (a == 1 && !try_levels) || (a == 2 && moves == 0))
       continue;
-    rc = a == 0 ? pack_even(s, order, m, t) : pack_levels(s, order, &rt, m, t);
+    if (a == 0)
+      rc = even_runs(ctx, order, target, t, grp);
+    else if (a == 1)
+      rc = level_runs(ctx, order, &rt, m, s->dp, t, grp);
+    else {
+      /* The cut search from the best runs so far. */
+      memcpy(grp, best_grp, target * sizeof *grp);
+      rc = pk_auto_search_runs(&rt, grp, target, s->dp, moves, ctx->cfg->seed);
+    }
     if (rc == 0)
-      rc = pk_auto_refine_padded(s);
+      rc = finish_runs(s, order, grp, m, &step);
     if (rc == PK_ENOMEM)
       goto done;
-    if (rc == 0 && padded_step(s) < best) {
-      best = padded_step(s);
+    if (rc == 0 && step < best) {
+      best = step;
+      memcpy(best_grp, grp, target * sizeof *grp);
       memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
       memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
     }
@@ -656,6 +656,8 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
   memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
   memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
 done:
-  rows_free(&rt);
+  pk_padded_rows_free(&rt);
+  free(grp);
+  free(best_grp);
   return rc;
 }

@@ -1,0 +1,195 @@
+/* The PADDED cut search (auto_runs.c) against its contract and against
+ * exhaustive search: the runs it returns cover the width order exactly, in
+ * order, each within the cap and max_seqs, with their costs filled in; the
+ * step cost of the runs (sorted by cost, tiers of dp, the sum of the tier
+ * tops) never rises; on small batches it reaches the least step cost of any
+ * cut of the order, which is the least of any PADDED packing (the argument
+ * at the top of auto_runs.c; test_bounds.c checks packings exhaustively). */
+#include "compat_fixture.h"
+
+#include <math.h>
+
+#include "auto_internal.h"
+
+/* The width order: sizes descending, ties by item number. */
+static void width_order(const fx_t *f, uint32_t *order) {
+  for (uint32_t i = 0; i < f->n; i++)
+    order[i] = i;
+  for (uint32_t i = 1; i < f->n; i++)
+    for (uint32_t j = i; j > 0 && f->size[order[j - 1]] < f->size[order[j]]; j--) {
+      uint32_t t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+}
+
+static int cost_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? 1 : (x > y ? -1 : 0);
+}
+
+/* The step cost of count runs in tiers of dp; INFINITY when a run is empty
+ * or does not fit. */
+static double runs_step(const padded_rows_t *rt, const padded_group_t *runs, uint32_t count,
+                        uint32_t dp) {
+  double *c = calloc(count, sizeof *c);
+  assert_non_null(c);
+  double step = 0;
+  for (uint32_t q = 0; q < count && step != INFINITY; q++) {
+    if (runs[q].rows == 0 || runs[q].rows > rt->cap_rows[runs[q].first])
+      step = INFINITY;
+    else
+      c[q] = (double)runs[q].rows * rt->cost[runs[q].first];
+  }
+  if (step == 0) {
+    qsort(c, count, sizeof *c, cost_desc);
+    for (uint32_t q = 0; q < count; q += dp)
+      step += c[q];
+  }
+  free(c);
+  return step;
+}
+
+/* The runs cover [0, n) in position order, fit, and carry their costs. */
+static void assert_cover(const padded_rows_t *rt, const padded_group_t *runs, uint32_t count) {
+  uint32_t at = 0;
+  for (uint32_t q = 0; q < count; q++) {
+    assert_int_equal(runs[q].first, at);
+    assert_true(runs[q].rows >= 1);
+    assert_true(runs[q].rows <= rt->cap_rows[at]);
+    assert_true(runs[q].cost == (double)runs[q].rows * rt->cost[at]);
+    at += runs[q].rows;
+  }
+  assert_int_equal(at, rt->n);
+}
+
+/* Some fitting cut of the order into exactly count runs (count <= n):
+ * greedy runs of at most `most` rows, then the longest split, handed out in
+ * a shuffled order. Returns false where the greedy cut needs more than
+ * count runs. */
+static bool some_runs(const padded_rows_t *rt, uint32_t most, uint32_t count, padded_group_t *runs,
+                      uint64_t *seed) {
+  uint32_t g = 0;
+  for (uint32_t i = 0; i < rt->n;) {
+    uint32_t rows = rt->cap_rows[i] < most ? rt->cap_rows[i] : most;
+    rows = rows < rt->n - i ? rows : rt->n - i;
+    if (g == count)
+      return false;
+    runs[g++] = (padded_group_t){i, rows, 0};
+    i += rows;
+  }
+  while (g < count) {
+    uint32_t best = 0;
+    for (uint32_t q = 1; q < g; q++)
+      if (runs[q].rows > runs[best].rows)
+        best = q;
+    if (runs[best].rows < 2)
+      return false;
+    uint32_t keep = runs[best].rows / 2;
+    runs[g++] = (padded_group_t){runs[best].first + keep, runs[best].rows - keep, 0};
+    runs[best].rows = keep;
+  }
+  for (uint32_t q = 0; q < count; q++)
+    runs[q].cost = (double)runs[q].rows * rt->cost[runs[q].first];
+  for (uint32_t q = count; q > 1; q--) {
+    uint32_t j = fx_below(seed, q);
+    padded_group_t t = runs[q - 1];
+    runs[q - 1] = runs[j];
+    runs[j] = t;
+  }
+  return true;
+}
+
+/* The least step cost over every cut of [0, n) into count runs. */
+static double best_cut(const padded_rows_t *rt, uint32_t count, uint32_t dp) {
+  uint32_t n = rt->n;
+  double best = INFINITY;
+  padded_group_t runs[16];
+  assert_true(count <= 16 && n <= 20);
+  /* Bit i of mask set: a cut before position i + 1. */
+  for (uint32_t mask = 0; mask < (1u << (n - 1)); mask++) {
+    if ((uint32_t)__builtin_popcount(mask) != count - 1)
+      continue;
+    uint32_t g = 0, first = 0;
+    for (uint32_t i = 1; i <= n; i++)
+      if (i == n || (mask >> (i - 1) & 1)) {
+        runs[g++] = (padded_group_t){first, i - first, 0};
+        first = i;
+      }
+    double step = runs_step(rt, runs, count, dp);
+    best = step < best ? step : best;
+  }
+  return best;
+}
+
+static void test_search_keeps_runs_valid(void **state) {
+  (void)state;
+  uint64_t seed = 11;
+  for (int trial = 0; trial < 300; trial++) {
+    uint32_t n = 8 + fx_below(&seed, 300), dp = 1 + fx_below(&seed, 8);
+    uint64_t cap = 256 + fx_below(&seed, 4096);
+    uint32_t lens[320], order[320];
+    for (uint32_t k = 0; k < n; k++)
+      lens[k] = 1 + fx_below(&seed, fx_below(&seed, 4) == 0 ? (uint32_t)cap : (uint32_t)cap / 8);
+    fx_t f;
+    fx_init(&f, lens, n, dp, PK_MODE_PADDED, cap);
+    if (fx_below(&seed, 3) == 0)
+      f.cfg.max_seqs = 2 + fx_below(&seed, 8);
+    fx_build(&f);
+    width_order(&f, order);
+    padded_rows_t rt;
+    assert_int_equal(pk_padded_rows_init(&rt, &f.ctx, order), 0);
+    uint32_t count = dp * (1 + fx_below(&seed, 6));
+    padded_group_t *runs = calloc(count, sizeof *runs);
+    assert_non_null(runs);
+    if (count <= n && some_runs(&rt, 1 + fx_below(&seed, 40), count, runs, &seed)) {
+      double before = runs_step(&rt, runs, count, dp);
+      uint32_t moves = fx_below(&seed, 4) == 0 ? 0 : 1 + fx_below(&seed, 5000);
+      assert_int_equal(pk_auto_search_runs(&rt, runs, count, dp, moves, trial), 0);
+      assert_cover(&rt, runs, count);
+      assert_true(runs_step(&rt, runs, count, dp) <= before);
+    }
+    free(runs);
+    pk_padded_rows_free(&rt);
+    fx_free(&f);
+  }
+}
+
+static void test_search_reaches_best_cut(void **state) {
+  (void)state;
+  uint64_t seed = 5;
+  int improved = 0;
+  for (int trial = 0; trial < 60; trial++) {
+    uint32_t n = 8 + fx_below(&seed, 7), dp = 2, count = dp * (2 + fx_below(&seed, 2));
+    uint64_t cap = 64;
+    uint32_t lens[16], order[16];
+    for (uint32_t k = 0; k < n; k++)
+      lens[k] = 1 + fx_below(&seed, fx_below(&seed, 3) == 0 ? 64 : 16);
+    fx_t f;
+    fx_init(&f, lens, n, dp, PK_MODE_PADDED, cap);
+    width_order(&f, order);
+    padded_rows_t rt;
+    assert_int_equal(pk_padded_rows_init(&rt, &f.ctx, order), 0);
+    padded_group_t runs[16];
+    if (some_runs(&rt, n, count, runs, &seed)) {
+      double before = runs_step(&rt, runs, count, dp), least = best_cut(&rt, count, dp);
+      assert_int_equal(pk_auto_search_runs(&rt, runs, count, dp, 20000, trial), 0);
+      assert_cover(&rt, runs, count);
+      double after = runs_step(&rt, runs, count, dp);
+      assert_true(after <= least * (1 + 1e-12));
+      improved += after < before;
+    }
+    pk_padded_rows_free(&rt);
+    fx_free(&f);
+  }
+  /* The starting cuts are poor on purpose: the search has work to do. */
+  assert_true(improved >= 20);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_search_keeps_runs_valid),
+      cmocka_unit_test(test_search_reaches_best_cut),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
