@@ -588,15 +588,18 @@ static int finish_runs(auto_state_t *s, const uint32_t *order, const padded_grou
   return rc;
 }
 
-/* Moves of the cut search for `runs` runs in tiers of dp: 20000 where
- * there are at most 512 runs and at most 32 per tier, else none (an
- * accepted move costs O(runs)). Measured on the bench samples that miss
- * the efficiency target: at 8 runs per tier 20000 moves lower the step cost
- * by up to 4 % (about 1 ms at 40 runs); at 64 per tier (n = 4096, DP 64)
- * 50000 moves gained 0.7 % on one of 8 samples and nothing on the others,
- * at 3 to 14 ms. */
+/* Moves of the cut search for `runs` runs in tiers of dp: where there are
+ * at most 512 runs and at most 32 per tier, 20000, fewer where there are
+ * more than 100 tiers (a move reads every tier top: at most 2e6 reads);
+ * else none (an accepted move costs O(runs)). Measured on the bench samples
+ * that miss the efficiency target: at 8 runs per tier 20000 moves lower the
+ * step cost by up to 4 % (about 1 ms at 40 runs); at 64 per tier (n =
+ * 4096, DP 64) 50000 moves gained 0.7 % on one of 8 samples and nothing on
+ * the others, at 3 to 14 ms. */
 static uint32_t search_moves(uint32_t runs, uint32_t dp) {
-  return runs <= 512 && dp <= 32 ? 20000 : 0;
+  if (runs > 512 || dp > 32)
+    return 0;
+  return PK_MIN(20000u, 2000000u / PK_MAX(runs / dp, 1u));
 }
 
 int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
