@@ -625,13 +625,15 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
     rc = finish_runs(s, order, grp, m, &best);
   if (rc != 0)
     goto done;
+  bool try_even = halvings >= PK_MAX(1, target / 100);
+  bool try_levels = rt.cost[0] > t && head_room(s, t) > best * 2e-3;
+  uint32_t moves = search_moves(target, s->dp);
+  if (!try_even && !try_levels && moves == 0)
+    goto done; /* The halved packing stands. */
   /* saved_* and best_grp hold the best packing so far and its runs. */
   memcpy(best_grp, grp, target * sizeof *grp);
   memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
   memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
-  bool try_even = halvings >= PK_MAX(1, target / 100);
-  bool try_levels = rt.cost[0] > t && head_room(s, t) > best * 2e-3;
-  uint32_t moves = search_moves(target, s->dp);
   for (int a = 0; a < 3; a++) {
     if ((a == 0 && !try_even) || (a == 1 && !try_levels) || (a == 2 && moves == 0))
       continue;
