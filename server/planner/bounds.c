@@ -146,6 +146,23 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  *      most the k x dp x max_seqs costliest items. A column holds at most dp
  *      x L of cost, so the columns after the top k, holding the rest, have
  *      sum L >= (C - U_k) / dp, C the total cost.
+ *  (c) Items wider than cap / 2 ("wide") never share a micro-batch: k
+ *      columns hold at most k x dp of them, so in (a) l_{k+1} is also at
+ *      least the cost of the (k x dp + 1)-th widest item when that one is
+ *      wide, and in (b) U_k is also at most the k x dp costliest wide items
+ *      plus the costliest tokens of the narrower ones in the room they
+ *      leave (wide_hold).
+ *  (d) The column holding the costliest item (cost c_1) has a level L >=
+ *      c_1, and that item's micro-batch holds at most L of cost in all, so
+ *      the column holds at most h(L) = min(U_1, dp x L, L + H), H what the
+ *      other dp - 1 micro-batches hold (wide items and tokens as in (c)).
+ *      The other columns' levels sum to at least max((C - h(L)) / dp, sum_{j
+ *      > 1} l_j) (dropping any one l_j leaves at least the sum of those
+ *      after l_1), and L - h(L) / dp never falls as L grows (h grows by at
+ *      most dp x the growth of L), so step >= c_1 + max((C - h(c_1)) / dp,
+ *      sum_{j > 1} l_j): the k = 1 term below with U_1 lowered to h(c_1)
+ *      (first_column_hold). It decides where one long sequence sets the
+ *      first column's level and leaves its micro-batch's tokens unused.
  *
  * So step >= sum_{j <= k} l_j + max((C - U_k) / dp, sum_{j > k} l_j) for
  * every k in 0..m; the bound is the largest. k = 0 is the plain bound
@@ -202,6 +219,64 @@ static double hold_walk_to(const pk_ctx_t *ctx, const uint32_t *by, hold_walk_t 
   return held;
 }
 
+/* Lowers cap_cost[k] (U_k, for k = 1..m; (c) above) where items wider than
+ * cap / 2 are more than dp: no two share a micro-batch, so k x dp micro-batches hold at
+ * most k x dp of them (the costliest: a costlier wide item in place of
+ * another gains at least what the tokens it takes from the narrower items
+ * held, as cost per token grows with size) plus the costliest tokens of the
+ * narrower items, fractionally, in the room left (k x dp x cap tokens less
+ * the wide items' sizes; at most k x dp x max_seqs items in all). */
+static void wide_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double *cap_cost,
+                      uint32_t m) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint64_t cap = cfg->cap, dp = cfg->dp;
+  if (wide <= dp)
+    return; /* Then the fractional walk over all items is as tight. */
+  hold_walk_t narrow = {.from = wide, .at = wide};
+  uint32_t taken = 0;
+  uint64_t wide_tokens = 0;
+  double wide_cost = 0;
+  for (uint32_t k = 1; k <= m; k++) {
+    uint64_t bins = (uint64_t)k * dp;
+    while (taken < wide && taken < bins) {
+      wide_tokens += ctx->size[by[taken]];
+      wide_cost += ctx->cost[by[taken]];
+      taken++;
+    }
+    uint64_t count = cfg->max_seqs == UINT32_MAX ? UINT64_MAX : bins * cfg->max_seqs - taken;
+    double held = wide_cost + hold_walk_to(ctx, by, &narrow, bins * cap - wide_tokens, count);
+    if (held < cap_cost[k])
+      cap_cost[k] = held;
+  }
+}
+
+/* The most cost the column holding the costliest item can hold when its
+ * level is that item's cost c_1 (see (d) above): c_1 in that item's
+ * micro-batch, and in the other dp - 1 micro-batches at most (dp - 1) x
+ * c_1, and at most the next dp - 1 items wider than cap / 2 (one per
+ * micro-batch; the costliest ones, when the costliest item is one of them)
+ * plus the costliest tokens of the narrower items, fractionally, in the
+ * room those leave (at most (dp - 1) x max_seqs items in all). */
+static double first_column_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double c1) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint64_t cap = cfg->cap, others = (uint64_t)cfg->dp - 1;
+  if (others == 0)
+    return c1;
+  /* Items 1 .. taken: one wide item in each of the other micro-batches. */
+  uint32_t taken = wide > 1 ? (uint32_t)PK_MIN((uint64_t)wide - 1, others) : 0;
+  uint64_t tokens = others * cap;
+  double held = 0;
+  for (uint32_t i = 1; i <= taken; i++) {
+    tokens -= ctx->size[by[i]];
+    held += ctx->cost[by[i]];
+  }
+  uint32_t from = wide > 0 ? wide : 1;
+  uint64_t count = cfg->max_seqs == UINT32_MAX ? UINT64_MAX : others * cfg->max_seqs - taken;
+  hold_walk_t narrow = {.from = from, .at = from};
+  held += hold_walk_to(ctx, by, &narrow, tokens, count);
+  return c1 + PK_MIN(held, (double)others * c1);
+}
+
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
@@ -233,6 +308,10 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
    * grouping on every prefix). */
   uint64_t groups = 0;
   uint32_t covered = 0;
+  /* [0, wide): items wider than cap / 2; no two share a micro-batch. */
+  uint32_t wide = 0;
+  while (cap != UINT64_MAX && wide < n && ctx->size[by[wide]] > cap / 2)
+    wide++;
   lvl[1] = ctx->cost[by[0]];
   cap_cost[0] = 0;
   for (uint32_t k = 1; k <= m; k++) {
@@ -248,11 +327,17 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
       }
       first_out = PK_MIN(first_out, covered);
     }
+    if ((uint64_t)k * cfg->dp < wide)
+      first_out = PK_MIN(first_out, k * cfg->dp);
     if (k < m)
       lvl[k + 1] = first_out < n ? ctx->cost[by[first_out]] : 0;
   }
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX) {
     padded_hold(ctx, by, cap_cost, m);
+  }
+  if (cap != UINT64_MAX) {
+    wide_hold(ctx, by, wide, cap_cost, m);
+    cap_cost[1] = PK_MIN(cap_cost[1], first_column_hold(ctx, by, wide, lvl[1]));
   }
   /* suffix[k] = sum of l_j for j > k. */
   double best = plain, prefix = 0, suffix = 0;

@@ -200,6 +200,63 @@ static void test_bounds_padded_mixed(void **state) {
   }
 }
 
+/* PACKED: the micro-batch holding the costliest item holds nothing else
+ * while its column's level is that item's cost. Items 60, 30 x 4, 20 x 2 on
+ * 2 ranks x 2 micro-batches, cap 100, cost a^2 (3600, 900, 400; 8000 in
+ * all). The column holding the 60 holds at most 3600 + 3000 (the other
+ * micro-batch: 30, 30, 30 and a third of a 30) at level 3600, so the other
+ * column's level is at least (8000 - 6600) / 2 and the bound is 4300; the
+ * optimum is 4500 ([60], [30, 30, 30] then [30], [20, 20]). Counting only
+ * the costliest 200 tokens lets the first column hold 7600 and gives
+ * 4000. */
+static void test_step_bound_first_column(void **state) {
+  (void)state;
+  uint32_t lens[] = {30, 20, 60, 30, 20, 30, 30};
+  assert_bound(lens, 7, PK_MODE_PACKED, 100, 0, 1, 2, 4300, 4500);
+}
+
+/* PACKED: items wider than cap / 2 never share a micro-batch. Items 60 x 3
+ * and 10 x 6 on 2 ranks x 2 micro-batches, cap 100, cost a^2: one column
+ * holds at most two of the 60s, so the other column's level is at least
+ * 3600 and the bound is 7200, the optimum ([60], [60] then [60], [10 x
+ * 6]). By tokens alone the first column could hold all three (180 of 200
+ * tokens), and the bound was only the mean 5700. */
+static void test_step_bound_wide_items(void **state) {
+  (void)state;
+  uint32_t lens[] = {10, 60, 10, 10, 60, 10, 10, 60, 10};
+  assert_bound(lens, 9, PK_MODE_PACKED, 100, 0, 1, 2, 7200, 7200);
+}
+
+/* PACKED with items wider than cap / 2 mixed with narrow ones, on 2 or 3
+ * ranks (the wide items' bounds decide there): the step bound never
+ * exceeds the exhaustive optimum. */
+static void test_bounds_packed_wide(void **state) {
+  (void)state;
+  uint64_t seed = 0x77696465ull;
+  for (int iter = 0; iter < 400; iter++) {
+    uint32_t dp = 2 + fx_below(&seed, 2);
+    uint32_t n = dp + 2 + fx_below(&seed, 3); /* dp + 2 .. dp + 4 */
+    uint32_t lens[8];
+    for (uint32_t i = 0; i < n; i++)
+      lens[i] = fx_below(&seed, 2) ? 51 + fx_below(&seed, 50) : 1 + fx_below(&seed, 50);
+    fx_t f;
+    fx_init(&f, lens, n, dp, PK_MODE_PACKED, 100);
+    f.cfg.lin = fx_below(&seed, 2);
+    f.cfg.quad = fx_below(&seed, 2) ? 0.01 : 1;
+    if (fx_below(&seed, 4) == 0)
+      f.cfg.max_seqs = 1 + fx_below(&seed, 3);
+    fx_build(&f);
+    for (uint32_t m = 1; dp * m <= n && dp * m <= 6; m++) {
+      double best = brute_force(&f, m);
+      double bound = pk_step_lower_bound(&f.ctx, m, INFINITY);
+      if (!isinf(best) && bound > best * (1 + 1e-9))
+        fail_msg("iter %d: step bound %.6f above the optimum %.6f (n %u dp %u m %u)", iter, bound,
+                 best, n, dp, m);
+    }
+    fx_free(&f);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bounds_packed),
@@ -208,6 +265,9 @@ int main(void) {
       cmocka_unit_test(test_step_bound_padded_singles),
       cmocka_unit_test(test_step_bound_padded_runs),
       cmocka_unit_test(test_bounds_padded_mixed),
+      cmocka_unit_test(test_step_bound_first_column),
+      cmocka_unit_test(test_step_bound_wide_items),
+      cmocka_unit_test(test_bounds_packed_wide),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
