@@ -65,6 +65,17 @@ static double brute_force(const fx_t *f, uint32_t m) {
   return s.best;
 }
 
+/* The exhaustive optimum with m micro-batches per rank (INFINITY: none
+ * feasible), after checking that the step bound is not above it. */
+static double optimum_above_bound(const fx_t *f, uint32_t m, int iter) {
+  double best = brute_force(f, m);
+  double bound = pk_step_lower_bound(&f->ctx, m, INFINITY);
+  if (!isinf(best) && bound > best * (1 + 1e-9))
+    fail_msg("iter %d: step bound %.6f above the optimum %.6f (n %u dp %u m %u cap %llu)", iter,
+             bound, best, f->n, f->cfg.dp, m, (unsigned long long)f->cfg.cap);
+  return best;
+}
+
 static void check_random(uint32_t mode) {
   uint64_t seed = 0x626f756e64ull + mode;
   for (int iter = 0; iter < 300; iter++) {
@@ -84,15 +95,10 @@ static void check_random(uint32_t mode) {
     uint32_t lb = pk_micro_lower_bound(&f.ctx);
     uint32_t fewest = 0;
     for (uint32_t m = 1; m * dp <= n && dp * m <= 16; m++) {
-      double best = brute_force(&f, m);
-      if (isinf(best))
+      if (isinf(optimum_above_bound(&f, m, iter)))
         continue;
       if (fewest == 0)
         fewest = m;
-      double bound = pk_step_lower_bound(&f.ctx, m, INFINITY);
-      if (bound > best * (1 + 1e-9))
-        fail_msg("iter %d: step bound %.6f above the optimum %.6f (n %u dp %u m %u cap %llu)", iter,
-                 bound, best, n, dp, m, (unsigned long long)cap);
     }
     if (fewest != 0) {
       assert_true(lb <= fewest);
@@ -189,13 +195,8 @@ static void test_bounds_padded_mixed(void **state) {
     f.cfg.lin = 1;
     f.cfg.quad = fx_below(&seed, 2) ? 0 : 0.01;
     fx_build(&f);
-    for (uint32_t m = 1; 2 * m <= n && m <= 3; m++) {
-      double best = brute_force(&f, m);
-      double bound = pk_step_lower_bound(&f.ctx, m, INFINITY);
-      if (!isinf(best) && bound > best * (1 + 1e-9))
-        fail_msg("iter %d: step bound %.6f above the optimum %.6f (n %u m %u)", iter, bound, best,
-                 n, m);
-    }
+    for (uint32_t m = 1; 2 * m <= n && m <= 3; m++)
+      optimum_above_bound(&f, m, iter);
     fx_free(&f);
   }
 }
@@ -246,13 +247,8 @@ static void test_bounds_packed_wide(void **state) {
     if (fx_below(&seed, 4) == 0)
       f.cfg.max_seqs = 1 + fx_below(&seed, 3);
     fx_build(&f);
-    for (uint32_t m = 1; dp * m <= n && dp * m <= 6; m++) {
-      double best = brute_force(&f, m);
-      double bound = pk_step_lower_bound(&f.ctx, m, INFINITY);
-      if (!isinf(best) && bound > best * (1 + 1e-9))
-        fail_msg("iter %d: step bound %.6f above the optimum %.6f (n %u dp %u m %u)", iter, bound,
-                 best, n, dp, m);
-    }
+    for (uint32_t m = 1; dp * m <= n && dp * m <= 6; m++)
+      optimum_above_bound(&f, m, iter);
     fx_free(&f);
   }
 }
