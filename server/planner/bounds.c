@@ -220,12 +220,13 @@ static double hold_walk_to(const pk_ctx_t *ctx, const uint32_t *by, hold_walk_t 
 }
 
 /* Lowers cap_cost[k] (U_k, for k = 1..m; (c) above) where items wider than
- * cap / 2 are more than dp: no two share a micro-batch, so k x dp micro-batches hold at
- * most k x dp of them (the costliest: a costlier wide item in place of
- * another gains at least what the tokens it takes from the narrower items
- * held, as cost per token grows with size) plus the costliest tokens of the
- * narrower items, fractionally, in the room left (k x dp x cap tokens less
- * the wide items' sizes; at most k x dp x max_seqs items in all). */
+ * cap / 2 are more than dp: no two share a micro-batch, so k x dp
+ * micro-batches hold at most k x dp of them (the costliest: a costlier wide
+ * item in place of another gains at least what the tokens it takes from
+ * the narrower items held, as cost per token grows with size) plus the
+ * costliest tokens of the narrower items, fractionally, in the room left
+ * (k x dp x cap tokens less the wide items' sizes; at most k x dp x
+ * max_seqs items in all). */
 static void wide_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double *cap_cost,
                       uint32_t m) {
   const pk_cfg_t *cfg = ctx->cfg;
