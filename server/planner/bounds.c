@@ -190,7 +190,8 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  * width w holds at most cap / w of them, so runs of the size-descending
  * order bound U_k more tightly where the rows are coarse
  * (padded_runs_sharpen, below). */
-static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cost, uint32_t m);
+static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double *cap_cost,
+                        uint32_t m);
 static double padded_runs_sharpen(const pk_ctx_t *ctx, const uint32_t *by, const double *lvl,
                                   const double *cap_cost, uint32_t m, double total, double best,
                                   double known_step);
@@ -219,63 +220,62 @@ static double hold_walk_to(const pk_ctx_t *ctx, const uint32_t *by, hold_walk_t 
   return held;
 }
 
-/* Lowers cap_cost[k] (U_k, for k = 1..m; (c) above) where items wider than
- * cap / 2 are more than dp: no two share a micro-batch, so k x dp
- * micro-batches hold at most k x dp of them (the costliest: a costlier wide
- * item in place of another gains at least what the tokens it takes from
- * the narrower items held, as cost per token grows with size) plus the
- * costliest tokens of the narrower items, fractionally, in the room left
- * (k x dp x cap tokens less the wide items' sizes; at most k x dp x
- * max_seqs items in all). */
+/* What micro-batches hold when no two items wider than cap / 2 ("wide",
+ * by[0 .. wide)) share one ((c) above): one wide item each, the costliest
+ * (a costlier wide item in place of another gains at least what the tokens
+ * it takes from the narrower items held, as cost per token grows with
+ * size), plus the costliest tokens of the narrower items, fractionally, in
+ * the room left (at most max_seqs items per micro-batch in all). Reads the
+ * wide items from `next` on; the micro-batch count never falls between
+ * calls. */
+typedef struct wide_walk {
+  uint32_t first, next, wide; /* Wide items [first, next) are taken. */
+  uint64_t tokens;            /* Their sizes. */
+  double cost;                /* Their costs. */
+  hold_walk_t narrow;         /* The walk over by[wide ..). */
+} wide_walk_t;
+
+static wide_walk_t wide_walk_from(uint32_t first, uint32_t wide) {
+  uint32_t from = PK_MAX(first, wide);
+  return (wide_walk_t){.first = first, .next = first, .wide = wide, .narrow = {from, from, 0, 0}};
+}
+
+static double wide_walk_to(const pk_ctx_t *ctx, const uint32_t *by, wide_walk_t *w, uint64_t bins) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  while (w->next < w->wide && w->next - w->first < bins) {
+    w->tokens += ctx->size[by[w->next]];
+    w->cost += ctx->cost[by[w->next]];
+    w->next++;
+  }
+  uint64_t taken = w->next - w->first;
+  uint64_t count = cfg->max_seqs == UINT32_MAX ? UINT64_MAX : bins * cfg->max_seqs - taken;
+  return w->cost + hold_walk_to(ctx, by, &w->narrow, bins * cfg->cap - w->tokens, count);
+}
+
+/* Lowers cap_cost[k] (U_k, for k = 1..m) to what k x dp micro-batches hold
+ * with the wide items apart (wide_walk_to), where there are more than dp of
+ * them (else the fractional walk over all items is as tight). */
 static void wide_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double *cap_cost,
                       uint32_t m) {
-  const pk_cfg_t *cfg = ctx->cfg;
-  uint64_t cap = cfg->cap, dp = cfg->dp;
+  uint64_t dp = ctx->cfg->dp;
   if (wide <= dp)
-    return; /* Then the fractional walk over all items is as tight. */
-  hold_walk_t narrow = {.from = wide, .at = wide};
-  uint32_t taken = 0;
-  uint64_t wide_tokens = 0;
-  double wide_cost = 0;
-  for (uint32_t k = 1; k <= m; k++) {
-    uint64_t bins = (uint64_t)k * dp;
-    while (taken < wide && taken < bins) {
-      wide_tokens += ctx->size[by[taken]];
-      wide_cost += ctx->cost[by[taken]];
-      taken++;
-    }
-    uint64_t count = cfg->max_seqs == UINT32_MAX ? UINT64_MAX : bins * cfg->max_seqs - taken;
-    double held = wide_cost + hold_walk_to(ctx, by, &narrow, bins * cap - wide_tokens, count);
-    if (held < cap_cost[k])
-      cap_cost[k] = held;
-  }
+    return;
+  wide_walk_t w = wide_walk_from(0, wide);
+  for (uint32_t k = 1; k <= m; k++)
+    cap_cost[k] = PK_MIN(cap_cost[k], wide_walk_to(ctx, by, &w, (uint64_t)k * dp));
 }
 
 /* The most cost the column holding the costliest item can hold when its
  * level is that item's cost c_1 (see (d) above): c_1 in that item's
  * micro-batch, and in the other dp - 1 micro-batches at most (dp - 1) x
- * c_1, and at most the next dp - 1 items wider than cap / 2 (one per
- * micro-batch; the costliest ones, when the costliest item is one of them)
- * plus the costliest tokens of the narrower items, fractionally, in the
- * room those leave (at most (dp - 1) x max_seqs items in all). */
+ * c_1 and at most what they hold of the other items with the wide items
+ * apart (wide_walk_to from item 1). */
 static double first_column_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double c1) {
-  const pk_cfg_t *cfg = ctx->cfg;
-  uint64_t cap = cfg->cap, others = (uint64_t)cfg->dp - 1;
+  uint64_t others = (uint64_t)ctx->cfg->dp - 1;
   if (others == 0)
     return c1;
-  /* Items 1 .. taken: one wide item in each of the other micro-batches. */
-  uint32_t taken = wide > 1 ? (uint32_t)PK_MIN((uint64_t)wide - 1, others) : 0;
-  uint64_t tokens = others * cap;
-  double held = 0;
-  for (uint32_t i = 1; i <= taken; i++) {
-    tokens -= ctx->size[by[i]];
-    held += ctx->cost[by[i]];
-  }
-  uint32_t from = wide > 0 ? wide : 1;
-  uint64_t count = cfg->max_seqs == UINT32_MAX ? UINT64_MAX : others * cfg->max_seqs - taken;
-  hold_walk_t narrow = {.from = from, .at = from};
-  held += hold_walk_to(ctx, by, &narrow, tokens, count);
-  return c1 + PK_MIN(held, (double)others * c1);
+  wide_walk_t w = wide_walk_from(1, wide);
+  return c1 + PK_MIN(wide_walk_to(ctx, by, &w, others), (double)others * c1);
 }
 
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
@@ -334,7 +334,7 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
       lvl[k + 1] = first_out < n ? ctx->cost[by[first_out]] : 0;
   }
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX) {
-    padded_hold(ctx, by, cap_cost, m);
+    padded_hold(ctx, by, wide, cap_cost, m);
   }
   if (cap != UINT64_MAX) {
     wide_hold(ctx, by, wide, cap_cost, m);
@@ -371,16 +371,14 @@ static double others_hold(const pk_ctx_t *ctx, const uint32_t *by, hold_walk_t *
 
 /* The most cost the micro-batches of k columns hold in PADDED mode, for k =
  * 1..m, into cap_cost[k] (see pk_step_lower_bound): singles (the prefix of
- * the size-descending order whose rows stand alone) against micro-batches
+ * the size-descending order whose rows stand alone: the wide ones, or all
+ * when max_seqs is 1) against micro-batches
  * of the other items, each worth the next cap tokens (at most max_seqs
  * items) of them, fractionally. Only ever lowers cap_cost[k]. */
-static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, double *cap_cost, uint32_t m) {
+static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double *cap_cost,
+                        uint32_t m) {
   const pk_cfg_t *cfg = ctx->cfg;
-  uint32_t n = ctx->n;
-  uint64_t cap = cfg->cap;
-  uint32_t singles = 0;
-  while (singles < n && (cfg->max_seqs == 1 || ctx->size[by[singles]] > cap / 2))
-    singles++;
+  uint32_t singles = cfg->max_seqs == 1 ? ctx->n : wide;
   /* The walk over the other items; F(g) and F(g + 1) for the g
    * micro-batches of them handed out so far. */
   hold_walk_t walk = {.from = singles, .at = singles};
