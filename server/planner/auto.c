@@ -124,6 +124,13 @@ double pk_auto_column_level(const auto_state_t *s, uint32_t c) {
   return level;
 }
 
+double pk_auto_step(const auto_state_t *s) {
+  double step = 0;
+  for (uint32_t c = 0; c < s->m; c++)
+    step += pk_auto_column_level(s, c);
+  return step;
+}
+
 /* An insertion sort: micro-batches are read only up to `limit` items. */
 uint32_t pk_auto_sorted_items(const auto_state_t *s, const uint32_t *head, const uint32_t *next,
                               uint32_t bin, uint32_t limit, uint32_t *out) {
@@ -476,11 +483,17 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       if (rc == 0) {
         /* Kept aside, so that it need not be packed again. The column
          * packings are less tight than first fit: below the count first fit
-         * fills on its own (a repaired count) they are not tried. */
+         * fills on its own (a repaired count) they are not tried, nor where
+         * first fit is already within PK_AUTO_GOOD_ENOUGH of the step bound
+         * (they could gain at most that much). Where they are tried and
+         * fit, they are kept: their columns refine better (measured). */
         size_t nbins = (size_t)m * dp;
         memcpy(ffd_bins, s.bins, nbins * sizeof *ffd_bins);
         memcpy(ffd_item_bin, s.item_bin, (size_t)n * sizeof *ffd_item_bin);
-        rc = repaired ? PK_EPRECOND : pk_auto_pack_best(&s, order, saved_bins, saved_item_bin);
+        double ffd_step = pk_auto_step(&s);
+        bool good = ffd_step <= pk_step_lower_bound(ctx, m, ffd_step) * (1 + PK_AUTO_GOOD_ENOUGH);
+        rc = repaired || good ? PK_EPRECOND
+                              : pk_auto_pack_best(&s, order, saved_bins, saved_item_bin);
         if (rc == PK_EPRECOND) {
           memcpy(s.bins, ffd_bins, nbins * sizeof *ffd_bins);
           memcpy(s.item_bin, ffd_item_bin, (size_t)n * sizeof *ffd_item_bin);

@@ -49,6 +49,8 @@ uint32_t pk_tree_find(const room_tree_t *rt, uint32_t from, uint64_t need);
 uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i);
 /* Column c's level: the cost of its costliest micro-batch. */
 double pk_auto_column_level(const auto_state_t *s, uint32_t c);
+/* The step cost of the state: the sum of its m column levels. */
+double pk_auto_step(const auto_state_t *s);
 /* The first `limit` items of micro-batch `bin` (lists head/next) into out,
  * by size ascending (so cost ascending); returns how many. */
 uint32_t pk_auto_sorted_items(const auto_state_t *s, const uint32_t *head, const uint32_t *next,

@@ -503,15 +503,6 @@ int pk_auto_refine_columns(auto_state_t *s) {
   return 0;
 }
 
-/* The step cost of the state: the sum over columns of the costliest
- * micro-batch (PACKED costs). */
-static double state_step(const auto_state_t *s) {
-  double step = 0;
-  for (uint32_t c = 0; c < s->m; c++)
-    step += pk_auto_column_level(s, c);
-  return step;
-}
-
 /* PACKED without equal_count: the level packing and the tier packing both
  * have batches they do best (few columns with large heads; many columns of
  * like items), so both run and the lower step cost is kept, unless the
@@ -526,7 +517,7 @@ int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bi
     return levels;
   double levels_step = 0;
   if (levels == 0) {
-    levels_step = state_step(s);
+    levels_step = pk_auto_step(s);
     if (levels_step <= pk_step_lower_bound(s->ctx, s->m, levels_step) * (1 + PK_AUTO_GOOD_ENOUGH))
       return 0;
     memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
@@ -535,7 +526,7 @@ int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bi
   int tiers = pk_auto_pack_tiers(s, order);
   if (tiers != 0 && tiers != PK_EPRECOND)
     return tiers;
-  if (levels == 0 && (tiers != 0 || levels_step < state_step(s))) {
+  if (levels == 0 && (tiers != 0 || levels_step < pk_auto_step(s))) {
     memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
     memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
   }
