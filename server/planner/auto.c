@@ -24,7 +24,7 @@
  *     and the column packings are not tried at a repaired count.
  *   - pk_auto_pack_best runs the level and the tier packing and keeps the
  *     lower step cost; the tier packing is skipped when the level packing is
- *     within 0.1 % of the step bound.
+ *     within 0.5 % of the step bound.
  *   - with equal_count, pk_auto_pack_tiers: tiers of dp like items, one per
  *     micro-batch, so every rank gets the same count.
  *   - pk_auto_refine_columns: moves and swaps inside each column between its
