@@ -231,26 +231,78 @@ static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_grou
   return 0;
 }
 
+/* Whether group x is halved before group y: the costlier first, the lower
+ * index on a tie. */
+static bool halve_before(const padded_group_t *grp, uint32_t x, uint32_t y) {
+  return grp[x].cost > grp[y].cost || (grp[x].cost == grp[y].cost && x < y);
+}
+
+/* Restores the heap (heap[0] first to halve) from position i down. */
+static void halve_sift_down(const padded_group_t *grp, uint32_t *heap, uint32_t size, uint32_t i) {
+  for (;;) {
+    uint32_t top = i, l = 2 * i + 1, r = l + 1;
+    if (l < size && halve_before(grp, heap[l], heap[top]))
+      top = l;
+    if (r < size && halve_before(grp, heap[r], heap[top]))
+      top = r;
+    if (top == i)
+      return;
+    uint32_t t = heap[i];
+    heap[i] = heap[top];
+    heap[top] = t;
+    i = top;
+  }
+}
+
+static void halve_push(const padded_group_t *grp, uint32_t *heap, uint32_t *size, uint32_t q) {
+  uint32_t i = (*size)++;
+  heap[i] = q;
+  while (i > 0 && halve_before(grp, heap[i], heap[(i - 1) / 2])) {
+    uint32_t p = (i - 1) / 2, t = heap[i];
+    heap[i] = heap[p];
+    heap[p] = t;
+    i = p;
+  }
+}
+
 /* Halves the costliest multi-row groups among grp[from..g) until there are
- * target groups in all; each halving adds one group. Fails (PK_EPRECOND)
- * when no group there has two rows left. */
+ * target groups in all; each halving adds one group (a heap of the groups
+ * with two rows or more, O(log g) per halving). Fails (PK_EPRECOND) when no
+ * group there has two rows left. */
 static int halve_groups(const pk_ctx_t *ctx, const uint32_t *order, padded_group_t *grp,
                         uint32_t from, uint32_t g, uint32_t target) {
+  if (g >= target)
+    return 0;
+  uint32_t *heap = pk_malloc_array(target, sizeof *heap);
+  if (heap == NULL)
+    return PK_ENOMEM;
+  uint32_t size = 0;
+  for (uint32_t q = from; q < g; q++)
+    if (grp[q].rows >= 2)
+      halve_push(grp, heap, &size, q);
+  int rc = 0;
   while (g < target) {
-    uint32_t best = UINT32_MAX;
-    for (uint32_t q = from; q < g; q++)
-      if (grp[q].rows >= 2 && (best == UINT32_MAX || grp[q].cost > grp[best].cost))
-        best = q;
-    if (best == UINT32_MAX)
-      return PK_EPRECOND;
+    if (size == 0) {
+      rc = PK_EPRECOND;
+      break;
+    }
+    uint32_t best = heap[0];
+    heap[0] = heap[--size];
+    halve_sift_down(grp, heap, size, 0);
     padded_group_t *b = &grp[best];
     uint32_t keep = b->rows - b->rows / 2, moved = b->rows / 2;
     uint32_t second = b->first + keep;
     b->rows = keep;
     b->cost = (double)keep * ctx->cost[order[b->first]];
-    grp[g++] = (padded_group_t){second, moved, (double)moved * ctx->cost[order[second]]};
+    grp[g] = (padded_group_t){second, moved, (double)moved * ctx->cost[order[second]]};
+    if (keep >= 2)
+      halve_push(grp, heap, &size, best);
+    if (moved >= 2)
+      halve_push(grp, heap, &size, g);
+    g++;
   }
-  return 0;
+  free(heap);
+  return rc;
 }
 
 /* Groups at target t (least_target), the costliest halved until there are
@@ -318,26 +370,31 @@ static int level_runs(const pk_ctx_t *ctx, const uint32_t *order, const padded_r
  * (PK_EPRECOND) if none is found. */
 typedef struct even_band {
   double lo_t, hi_t;
-  /* The rows of the last width asked for (items of one width are
-   * neighbours in order, so most calls reuse them). */
-  uint64_t width, fewest, most;
+  /* The rows of the last row cost and cap asked for (items of one width
+   * are neighbours in the order, so most calls reuse them). */
+  double cost;
+  uint32_t cap_rows;
+  uint64_t fewest, most;
   bool known;
 } even_band_t;
 
-static void run_window(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *band, uint32_t i,
-                       uint32_t *first, uint32_t *last) {
-  const pk_cfg_t *cfg = ctx->cfg;
-  uint32_t n = ctx->n;
-  uint64_t w = ctx->size[order[i]];
-  if (!band->known || band->width != w) {
-    double c = ctx->cost[order[i]];
-    uint64_t most = run_rows(cfg, w, c, band->hi_t);
+static inline void run_window(const padded_rows_t *rt, even_band_t *band, uint32_t i,
+                              uint32_t *first, uint32_t *last) {
+  uint32_t n = rt->n;
+  double c = rt->cost[i];
+  uint32_t cap_rows = rt->cap_rows[i];
+  if (!band->known || band->cost != c || band->cap_rows != cap_rows) {
+    /* As run_rows: cap_rows is already within the cap and max_seqs. */
+    uint64_t most = cap_rows;
+    if (c > 0 && band->hi_t / c < (double)most)
+      most = PK_MAX((uint64_t)(band->hi_t / c), 1);
     uint64_t fewest = 1;
     if (c > 0 && band->lo_t / c > 1) {
       double need = ceil(band->lo_t / c);
       fewest = need >= (double)most ? most : (uint64_t)need;
     }
-    band->width = w;
+    band->cost = c;
+    band->cap_rows = cap_rows;
     band->fewest = fewest;
     band->most = most;
     band->known = true;
@@ -349,9 +406,9 @@ static void run_window(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *
 /* fewest / most for the band into the arrays (n + 1 entries); dq is 2 x
  * (n + 1) scratch. Returns false where the windows are not monotone (a
  * zero-cost item after costlier ones): the band is then not used. */
-static bool count_range(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *band,
-                        uint32_t *fewest, uint32_t *most, uint32_t *dq) {
-  uint32_t n = ctx->n;
+static bool count_range(const padded_rows_t *rt, even_band_t *band, uint32_t *fewest,
+                        uint32_t *most, uint32_t *dq) {
+  uint32_t n = rt->n;
   uint32_t *dmin = dq, *dmax = dq + n + 1;
   /* Deques as [front, back) over the arrays, filled from the top down:
    * front holds the lowest (newest) position. */
@@ -361,7 +418,7 @@ static bool count_range(const pk_ctx_t *ctx, const uint32_t *order, even_band_t 
   fewest[n] = most[n] = 0;
   for (uint32_t i = n; i-- > 0;) {
     uint32_t a, b;
-    run_window(ctx, order, band, i, &a, &b);
+    run_window(rt, band, i, &a, &b);
     if (a > prev_a || b > prev_b)
       return false;
     prev_a = a;
@@ -387,15 +444,14 @@ static bool count_range(const pk_ctx_t *ctx, const uint32_t *order, even_band_t 
 
 /* Cuts order into exactly `target` runs within the band (fewest / most
  * from count_range), into grp. Returns false when the walk finds no run. */
-static bool cut_runs(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *band,
-                     const uint32_t *fewest, const uint32_t *most, uint32_t target,
-                     padded_group_t *grp) {
-  uint32_t n = ctx->n, g = 0;
+static bool cut_runs(const padded_rows_t *rt, even_band_t *band, const uint32_t *fewest,
+                     const uint32_t *most, uint32_t target, padded_group_t *grp) {
+  uint32_t n = rt->n, g = 0;
   for (uint32_t i = 0; i < n; g++) {
     if (g >= target)
       return false;
     uint32_t a, b, left = target - g - 1, j = UINT32_MAX;
-    run_window(ctx, order, band, i, &a, &b);
+    run_window(rt, band, i, &a, &b);
     for (uint32_t e = b + 1; e-- > a;)
       if (fewest[e] <= left && left <= most[e]) {
         j = e;
@@ -403,15 +459,14 @@ static bool cut_runs(const pk_ctx_t *ctx, const uint32_t *order, even_band_t *ba
       }
     if (j == UINT32_MAX)
       return false;
-    grp[g] = (padded_group_t){i, j - i, (double)(j - i) * ctx->cost[order[i]]};
+    grp[g] = (padded_group_t){i, j - i, (double)(j - i) * rt->cost[i]};
     i = j;
   }
   return g == target;
 }
 
-static int even_runs(const pk_ctx_t *ctx, const uint32_t *order, uint32_t target, double hi_t,
-                     padded_group_t *grp) {
-  uint32_t n = ctx->n;
+static int even_runs(const padded_rows_t *rt, uint32_t target, double hi_t, padded_group_t *grp) {
+  uint32_t n = rt->n;
   uint32_t *fewest = pk_malloc_array((size_t)n + 1, sizeof *fewest);
   uint32_t *most = pk_malloc_array((size_t)n + 1, sizeof *most);
   uint32_t *dq = pk_malloc_array(2 * ((size_t)n + 1), sizeof *dq);
@@ -423,19 +478,17 @@ static int even_runs(const pk_ctx_t *ctx, const uint32_t *order, uint32_t target
   /* The largest lo_t (to 0.4 % of hi_t) whose band reaches the count. */
   double lo = 0, hi = hi_t;
   even_band_t band = {.lo_t = 0, .hi_t = hi_t};
-  if (!count_range(ctx, order, &band, fewest, most, dq) || fewest[0] > target || most[0] < target)
+  if (!count_range(rt, &band, fewest, most, dq) || fewest[0] > target || most[0] < target)
     goto done;
   while (hi - lo > hi_t * 4e-3) {
     band = (even_band_t){.lo_t = (lo + hi) / 2, .hi_t = hi_t};
-    if (count_range(ctx, order, &band, fewest, most, dq) && fewest[0] <= target &&
-        target <= most[0])
+    if (count_range(rt, &band, fewest, most, dq) && fewest[0] <= target && target <= most[0])
       lo = band.lo_t;
     else
       hi = band.lo_t;
   }
   band = (even_band_t){.lo_t = lo, .hi_t = hi_t};
-  if (count_range(ctx, order, &band, fewest, most, dq) &&
-      cut_runs(ctx, order, &band, fewest, most, target, grp))
+  if (count_range(rt, &band, fewest, most, dq) && cut_runs(rt, &band, fewest, most, target, grp))
     rc = 0;
 done:
   free(fewest);
@@ -638,7 +691,7 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
     if ((a == 0 && !try_even) || (a == 1 && !try_levels) || (a == 2 && moves == 0))
       continue;
     if (a == 0)
-      rc = even_runs(ctx, order, target, t, grp);
+      rc = even_runs(&rt, target, t, grp);
     else if (a == 1)
       rc = level_runs(ctx, order, &rt, m, s->dp, t, grp);
     else {
