@@ -451,6 +451,12 @@ int pk_auto_refine_columns(auto_state_t *s) {
         double gap = cx - cy;
         if (gap <= cx * 1e-9)
           continue;
+        /* No move or swap with y leaves both below (cx + cy) / 2, and the
+         * partners come cheapest first: once that is not below the best
+         * found (less a rounding margin), neither y nor any later partner
+         * can do better. */
+        if ((cx + cy) / 2 - cx * 1e-12 >= best)
+          break;
         /* Bounded work: at most `scan` items of each side are looked at
          * (micro-batches with many items are level already). y's items
          * sorted by cost ascending, for the swap search below. */
