@@ -130,7 +130,7 @@ static void load_usage(FILE *f) {
         "Sends Plan calls from C threads (one connection each) for S seconds and prints\n"
         "requests/s, latency p50/p90/p99 and errors by status.\n"
         "\n"
-        "  --server HOST:PORT    the packd server (default: $PACKD_SERVER)\n"
+        "  --server HOST:PORT    the packd server (default: $PACKD_TARGET)\n"
         "  --lengths FILE        lengths file or JSON manifest (as packctl plan INPUT)\n"
         "  --request-file FILE   a binary packd.v1.PlanRequest instead\n"
         "  --concurrency C       client threads (default 1)\n"
@@ -371,7 +371,7 @@ static int parse_opts(int argc, char **argv, load_opts_t *o) {
   }
   o->server = packctl_server_address(o->server);
   if (o->server == NULL)
-    return usage_err("missing --server HOST:PORT (or $PACKD_SERVER)");
+    return usage_err("missing --server HOST:PORT (or $PACKD_TARGET)");
   if ((o->lengths == NULL) == (o->request_file == NULL))
     return usage_err("give exactly one of --lengths FILE and --request-file FILE");
   return PACKCTL_EXIT_OK;

@@ -12,6 +12,7 @@
 #include "packctl.h"
 #include "packctl_input.h"
 #include "packctl_output.h"
+#include "packctl_remote.h"
 #include "packctl_request.h"
 
 /* One flag that sets one request field. Bools take an optional value
@@ -99,7 +100,7 @@ static void plan_usage(FILE *f) {
         "\n"
         "where to plan:\n"
         "  --local               plan in this process (planner linked in)\n"
-        "  --server HOST:PORT    plan on a packd server (default: $PACKD_SERVER)\n"
+        "  --server HOST:PORT    plan on a packd server (default: $PACKD_TARGET)\n"
         "  --timeout SECONDS     deadline for --server (default 30)\n"
         "  --dry-run             build (and --save-request) the request, do not plan\n"
         "\n"
@@ -254,11 +255,9 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
   if (o->local && o->server != NULL)
     return usage_error("give --local or --server, not both");
   if (!o->local && o->server == NULL && !o->dry_run) {
-    const char *env = getenv("PACKD_SERVER");
-    if (env != NULL && env[0] != '\0')
-      o->server = env;
-    else
-      return usage_error("say where to plan: --local or --server HOST:PORT");
+    o->server = packctl_server_address(NULL);
+    if (o->server == NULL)
+      return usage_error("say where to plan: --local or --server HOST:PORT (or $PACKD_TARGET)");
   }
   return PACKCTL_EXIT_OK;
 }

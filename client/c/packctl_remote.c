@@ -18,8 +18,16 @@
 const char *packctl_server_address(const char *flag) {
   if (flag != NULL && flag[0] != '\0')
     return flag;
-  const char *env = getenv("PACKD_SERVER");
-  return env != NULL && env[0] != '\0' ? env : NULL;
+  /* PACKD_TARGET is the Python client's name for the same thing, so one
+   * variable serves a trainer's client and packctl; PACKD_SERVER is the
+   * older name, still read. */
+  static const char *const names[] = {"PACKD_TARGET", "PACKD_SERVER"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *env = getenv(names[i]);
+    if (env != NULL && env[0] != '\0')
+      return env;
+  }
+  return NULL;
 }
 
 int packctl_parse_seconds(const char *text, double *out) {
@@ -82,7 +90,7 @@ static void rank_plan_usage(FILE *f) {
         "\n"
         "Fetches one data-parallel rank's part of a recent plan (GetRankPlan).\n"
         "\n"
-        "  --server HOST:PORT   the packd server (default: $PACKD_SERVER)\n"
+        "  --server HOST:PORT   the packd server (default: $PACKD_TARGET)\n"
         "  --plan-id ID         plan_id of a PlanResponse\n"
         "  --rank R             the DP rank (0-based)\n"
         "  --timeout SECONDS    deadline (default 30)\n"
@@ -161,7 +169,7 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
   }
   server = packctl_server_address(server);
   if (server == NULL)
-    return usage_err(cmd, "missing --server HOST:PORT (or $PACKD_SERVER)");
+    return usage_err(cmd, "missing --server HOST:PORT (or $PACKD_TARGET)");
   if (plan_id == NULL || plan_id[0] == '\0')
     return usage_err(cmd, "missing --plan-id ID");
   if (!have_rank)
@@ -247,7 +255,7 @@ int packctl_cmd_health(int argc, char **argv) {
   }
   server = packctl_server_address(server);
   if (server == NULL)
-    return usage_err(cmd, "missing --server HOST:PORT (or $PACKD_SERVER)");
+    return usage_err(cmd, "missing --server HOST:PORT (or $PACKD_TARGET)");
   pk_client_options_t opts;
   pk_client_options_default(&opts);
   opts.timeout_s = timeout_s;

@@ -10,7 +10,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The server address: `flag` when given, else $PACKD_SERVER, else NULL. */
+/* The server address: `flag` when given, else $PACKD_TARGET, else
+ * $PACKD_SERVER, else NULL. */
 const char *packctl_server_address(const char *flag);
 
 /* Parses a positive number of seconds (below 1e9). Returns 0 or -1. */

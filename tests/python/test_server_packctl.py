@@ -59,6 +59,35 @@ def test_plan_server_errors_exit_1(server):
     assert "UNAVAILABLE" in out.stderr
 
 
+def packctl_env(env, *args):
+    """packctl with only the given packd variables set (the rest of the
+    environment kept)."""
+    import os
+    full = {k: v for k, v in os.environ.items() if k not in ("PACKD_TARGET", "PACKD_SERVER")}
+    full.update(env)
+    return subprocess.run([str(h.PACKCTL), *args], capture_output=True, text=True, timeout=120, env=full)
+
+
+def test_server_from_environment(server):
+    """PACKD_TARGET (the Python client's variable) reaches the server for
+    every remote command, PACKD_SERVER (the older name) still does, the flag
+    wins over both, and PACKD_TARGET wins over PACKD_SERVER."""
+    dead = "127.0.0.1:1"
+    for env in ({"PACKD_TARGET": server.addr}, {"PACKD_SERVER": server.addr},
+                {"PACKD_TARGET": server.addr, "PACKD_SERVER": dead}):
+        out = packctl_env(env, "health", "--timeout", "5")
+        assert (out.returncode, out.stdout.strip()) == (0, "SERVING"), (env, out.stderr)
+        out = packctl_env(env, "plan", "--dp", "2", "--sample", "64", "--format", "json", WORKLOAD)
+        assert out.returncode == 0, (env, out.stderr)
+        assert json.loads(out.stdout)["planId"]
+    out = packctl_env({"PACKD_TARGET": dead}, "health", "--server", server.addr, "--timeout", "5")
+    assert out.returncode == 0, out.stderr
+    out = packctl_env({"PACKD_TARGET": dead, "PACKD_SERVER": server.addr}, "health", "--timeout", "2")
+    assert out.returncode == 1 and "UNAVAILABLE" in out.stderr
+    out = packctl_env({}, "plan", "--dp", "2", WORKLOAD)
+    assert out.returncode == 2 and "PACKD_TARGET" in out.stderr
+
+
 def test_rank_plan(server):
     out = packctl("plan", "--server", server.addr, "--format", "json", "--dp", "8", "--max-tokens", "16384",
                   "--sample", "400", WORKLOAD)
