@@ -21,7 +21,8 @@
  *     first count first fit fills, and is that count's packing; when that
  *     count is above the bound, pk_auto_repair_down (auto_repair.c) tries
  *     fewer: the items first fit leaves out go in after swaps gather room,
- *     and the column packings are not tried at a repaired count.
+ *     and the column packings are not tried at a repaired count, nor where
+ *     first fit is already within 0.1 % of the step bound.
  *   - pk_auto_pack_best runs the level and the tier packing and keeps the
  *     lower step cost; the tier packing is skipped when the level packing is
  *     within 0.5 % of the step bound.
