@@ -528,11 +528,10 @@ int pk_auto_refine_columns(auto_state_t *s) {
  * level packing is already within PK_AUTO_TIERS_ABOVE of the step bound
  * (bounds.c): then the tier packing is skipped. Where the tier packing
  * wins, the level packing is far above the bound (its heads set levels the
- * other items cannot fill): on the bench grid (bench/planner) it came out
- * lower in 6 of 26 configurations, from 1 % to 10 % above the bound, and
- * once by 0.03 % at 0.1 % above; it lost in all 20 others, 14 of them
- * within 0.5 % of the bound. saved_* hold m x dp micro-batches and n
- * items. */
+ * other items cannot fill); on the bench grid, read with a build that
+ * printed both step costs (issue 2, session 11 note), it won only where
+ * the level packing was 1 % or more above the bound, but for one win of
+ * 0.03 %. saved_* hold m x dp micro-batches and n items. */
 #define PK_AUTO_TIERS_ABOVE 5e-3
 int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
                       uint32_t *saved_item_bin) {

@@ -594,18 +594,27 @@ int pk_auto_refine_padded(auto_state_t *s) {
   return 0;
 }
 
-/* The step cost of the state in PADDED costs (rows x c(widest row)). */
-static double padded_step(const auto_state_t *s) {
+/* Column c's level in PADDED costs (rows x c(widest row)); *sum, when
+ * given, gets the column's total. */
+static double padded_column_level(const auto_state_t *s, uint32_t c, double *sum) {
   const pk_cfg_t *cfg = s->ctx->cfg;
-  double step = 0;
-  for (uint32_t c = 0; c < s->m; c++) {
-    double level = 0;
-    for (uint32_t q = 0; q < s->dp; q++) {
-      const pk_bin_t *b = &s->bins[(size_t)c * s->dp + q];
-      level = PK_MAX(level, padded_cost(cfg, b->count, b->width));
-    }
-    step += level;
+  double level = 0, total = 0;
+  for (uint32_t q = 0; q < s->dp; q++) {
+    const pk_bin_t *b = &s->bins[(size_t)c * s->dp + q];
+    double cost = padded_cost(cfg, b->count, b->width);
+    level = PK_MAX(level, cost);
+    total += cost;
   }
+  if (sum != NULL)
+    *sum = total;
+  return level;
+}
+
+/* The step cost of the state in PADDED costs. */
+static double padded_step(const auto_state_t *s) {
+  double step = 0;
+  for (uint32_t c = 0; c < s->m; c++)
+    step += padded_column_level(s, c, NULL);
   return step;
 }
 
@@ -613,16 +622,10 @@ static double padded_step(const auto_state_t *s) {
  * per rank: sum over those columns of (level - their mean cost). What
  * level_runs can fill. */
 static double head_room(const auto_state_t *s, double t) {
-  const pk_cfg_t *cfg = s->ctx->cfg;
   double room = 0;
   for (uint32_t c = 0; c < s->m; c++) {
-    double level = 0, sum = 0;
-    for (uint32_t q = 0; q < s->dp; q++) {
-      const pk_bin_t *b = &s->bins[(size_t)c * s->dp + q];
-      double cost = padded_cost(cfg, b->count, b->width);
-      level = PK_MAX(level, cost);
-      sum += cost;
-    }
+    double sum;
+    double level = padded_column_level(s, c, &sum);
     if (level > t)
       room += level - sum / s->dp;
   }

@@ -56,25 +56,12 @@ static bool run_fits(const padded_rows_t *rt, uint32_t a, uint32_t b) {
   return b > a && b - a <= rt->cap_rows[a];
 }
 
-/* The number of entries of the descending array a[0..n) above v. */
-static uint32_t count_above(const double *a, uint32_t n, double v) {
-  uint32_t lo = 0, hi = n;
-  while (lo < hi) {
-    uint32_t mid = lo + (hi - lo) / 2;
-    if (a[mid] > v)
-      lo = mid + 1;
-    else
-      hi = mid;
-  }
-  return lo;
-}
-
 /* The positions in sorted of the costs leaving (ascending, distinct), and
  * the costs joining (descending). Costs are computed the same way
  * everywhere (run_cost), so a leaving cost is in the array exactly. */
 static void locate(const cut_search_t *cs, const change_t *ch, uint32_t *pos, double *add) {
   for (uint32_t t = 0; t < ch->k; t++) {
-    uint32_t i = count_above(cs->sorted, cs->count, ch->gone[t]);
+    uint32_t i = pk_count_above(cs->sorted, cs->count, ch->gone[t]);
     for (bool moved = true; moved;) {
       moved = false;
       for (uint32_t u = 0; u < t; u++)
@@ -109,7 +96,7 @@ static double step_after(const cut_search_t *cs, const change_t *ch) {
   locate(cs, ch, pos, add);
   /* at[t]: where add[t] lands in the new array (before equal costs). */
   for (uint32_t t = 0; t < k; t++) {
-    uint32_t above = count_above(cs->sorted, cs->count, add[t]), kept = above;
+    uint32_t above = pk_count_above(cs->sorted, cs->count, add[t]), kept = above;
     for (uint32_t u = 0; u < k; u++)
       kept -= pos[u] < above;
     at[t] = kept + t;

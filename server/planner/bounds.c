@@ -441,15 +441,7 @@ typedef struct runs_dual {
  * opened at or after i0, the first i with vmax[i] <= lambda, is worth its
  * charge, so h is 0 from there and the recursion starts at i0. */
 static double runs_dual_value(runs_dual_t *d, double lambda, uint32_t *runs) {
-  uint32_t lo = 0, hi = d->n;
-  while (lo < hi) {
-    uint32_t mid = lo + (hi - lo) / 2;
-    if (d->vmax[mid] <= lambda)
-      hi = mid;
-    else
-      lo = mid + 1;
-  }
-  uint32_t i0 = lo;
+  uint32_t i0 = pk_count_above(d->vmax, d->n, lambda);
   d->h[i0] = 0;
   d->runs[i0] = 0;
   for (uint32_t i = i0; i-- > 0;) {

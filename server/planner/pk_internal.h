@@ -188,6 +188,9 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step);
 uint64_t pk_round_up(uint64_t x, uint64_t m);
 uint64_t pk_gcd(uint64_t a, uint64_t b);
 uint64_t pk_lcm(uint64_t a, uint64_t b);
+/* The number of entries of the descending array a[0..n) above v (a binary
+ * search). */
+uint32_t pk_count_above(const double *a, uint32_t n, double v);
 /* A checked allocation: NULL when count * size overflows or malloc fails. */
 void *pk_calloc(size_t count, size_t size);
 void *pk_malloc_array(size_t count, size_t size);

@@ -29,6 +29,18 @@ uint64_t pk_lcm(uint64_t a, uint64_t b) {
   return a / pk_gcd(a, b) * b;
 }
 
+uint32_t pk_count_above(const double *a, uint32_t n, double v) {
+  uint32_t lo = 0, hi = n;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (a[mid] > v)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 void *pk_calloc(size_t count, size_t size) {
   if (count == 0 || size == 0)
     return calloc(1, 1);

@@ -3,6 +3,7 @@ prints exactly what `plan --local` prints for the same request, `rank-plan`,
 `health` exit codes, and `load` (table and JSON)."""
 
 import json
+import os
 import signal
 import subprocess
 import time
@@ -62,7 +63,6 @@ def test_plan_server_errors_exit_1(server):
 def packctl_env(env, *args):
     """packctl with only the given packd variables set (the rest of the
     environment kept)."""
-    import os
     full = {k: v for k, v in os.environ.items() if k not in ("PACKD_TARGET", "PACKD_SERVER")}
     full.update(env)
     return subprocess.run([str(h.PACKCTL), *args], capture_output=True, text=True, timeout=120, env=full)
