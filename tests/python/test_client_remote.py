@@ -207,3 +207,30 @@ def test_a_million_sequences(remote, local):
     order = plan.order()
     assert np.array_equal(np.bincount(order, minlength=lengths.size), np.ones(lengths.size, dtype=np.int64))
     assert same_plan(plan, local.plan(lengths, dp=64, max_tokens=65536))
+
+
+def test_server_binary_lookup(monkeypatch, tmp_path):
+    """PACKD_SERVER_BIN names the binary; PACKD_SERVER is packctl's fallback
+    address and counts as the binary only when it names an existing file; a
+    missing binary is a FileNotFoundError naming the variable to set."""
+    from packd.testing import server_binary
+
+    built = Path(os.environ["PACKD_BUILD_DIR"]) / "server" / "packd"
+    fake = tmp_path / "packd-server"
+    fake.write_text("")
+    for var in ("PACKD_SERVER_BIN", "PACKD_SERVER"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("PACKD_SERVER", "127.0.0.1:7070")
+    assert server_binary() == built
+    monkeypatch.setenv("PACKD_SERVER", str(fake))
+    assert server_binary() == fake
+    monkeypatch.setenv("PACKD_SERVER_BIN", str(built))
+    assert server_binary() == built
+    monkeypatch.setenv("PACKD_SERVER_BIN", str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match="not found"):
+        server_binary()
+    monkeypatch.delenv("PACKD_SERVER_BIN")
+    monkeypatch.delenv("PACKD_SERVER")
+    monkeypatch.delenv("PACKD_BUILD_DIR")
+    with pytest.raises(FileNotFoundError, match="PACKD_SERVER_BIN"):
+        server_binary()

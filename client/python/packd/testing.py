@@ -3,7 +3,9 @@
     with packd.testing.ServerProcess() as srv:
         client = packd.Client(srv.target)
 
-The server binary is ``$PACKD_SERVER``, else ``$PACKD_BUILD_DIR/server/packd``.
+The server binary is ``$PACKD_SERVER_BIN``, else ``$PACKD_BUILD_DIR/server/packd``.
+(``$PACKD_SERVER`` is packctl's fallback server *address*; it is read as the
+binary only when it names an existing file, the meaning it had here before.)
 Ports are free loopback ports chosen at start; the server is stopped with
 SIGTERM (graceful shutdown) and killed only if it does not exit.
 """
@@ -23,13 +25,16 @@ __all__ = ["ServerProcess", "server_binary", "free_port"]
 
 def server_binary() -> Path:
     """The packd server binary; FileNotFoundError saying how to build it."""
-    env = os.environ.get("PACKD_SERVER")
+    env = os.environ.get("PACKD_SERVER_BIN")
+    legacy = os.environ.get("PACKD_SERVER")
     if env:
         path = Path(env)
+    elif legacy and Path(legacy).is_file():
+        path = Path(legacy)
     else:
         build = os.environ.get("PACKD_BUILD_DIR")
         if not build:
-            raise FileNotFoundError("set PACKD_BUILD_DIR to a packd build folder (or PACKD_SERVER to the binary)")
+            raise FileNotFoundError("set PACKD_BUILD_DIR to a packd build folder (or PACKD_SERVER_BIN to the binary)")
         path = Path(build) / "server" / "packd"
     if not path.is_file():
         raise FileNotFoundError(f"packd server binary not found at {path}; build it with cmake --build <dir>")
