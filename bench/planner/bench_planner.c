@@ -5,7 +5,9 @@
  * the AUTO targets of issue 2. See bench/planner/README.md.
  *
  * Usage: bench_planner [--workloads DIR] [--quick] [--full] [--csv FILE]
- *                      [--reps-scale X]
+ *                      [--reps-scale X] [--save-samples DIR]
+ * --save-samples writes every batch planned to DIR/WORKLOAD_N_CAP.txt, one
+ * length per line (for bench/planner/padded_exact.py and other tools).
  * Progress goes to stderr, tables to stdout. */
 #include <errno.h>
 #include <math.h>
@@ -319,14 +321,33 @@ static int n_index(uint32_t n) {
 
 /* ---- Main ---------------------------------------------------------------- */
 
+/* Writes one batch to DIR/NAME_N_CAP.txt, one length per line. */
+static int save_sample(const char *dir, const char *name, uint32_t n, uint64_t cap,
+                       const uint32_t *len) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s/%s_%u_%llu.txt", dir, name, n, (unsigned long long)cap);
+  FILE *f = fopen(path, "w");
+  if (f == NULL) {
+    fprintf(stderr, "bench_planner: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  for (uint32_t i = 0; i < n; i++)
+    fprintf(f, "%u\n", len[i]);
+  if (fclose(f) != 0) {
+    fprintf(stderr, "bench_planner: cannot write %s: %s\n", path, strerror(errno));
+    return -1;
+  }
+  return 0;
+}
+
 static void usage(void) {
   fprintf(stderr, "usage: bench_planner [--workloads DIR] [--quick] [--full] [--csv FILE] "
-                  "[--reps-scale X]\n");
+                  "[--reps-scale X] [--save-samples DIR]\n");
 }
 
 int main(int argc, char **argv) {
   const char *dir = PK_SOURCE_DIR "/bench/workloads";
-  const char *csv_path = NULL;
+  const char *csv_path = NULL, *samples_dir = NULL;
   bool quick = false, full = false;
   double reps_scale = 1.0;
   for (int i = 1; i < argc; i++) {
@@ -334,6 +355,8 @@ int main(int argc, char **argv) {
       dir = argv[++i];
     else if (strcmp(argv[i], "--csv") == 0 && i + 1 < argc)
       csv_path = argv[++i];
+    else if (strcmp(argv[i], "--save-samples") == 0 && i + 1 < argc)
+      samples_dir = argv[++i];
     else if (strcmp(argv[i], "--reps-scale") == 0 && i + 1 < argc)
       reps_scale = atof(argv[++i]);
     else if (strcmp(argv[i], "--quick") == 0)
@@ -473,6 +496,8 @@ int main(int argc, char **argv) {
             loss[i] = pool_loss[k];
           }
         }
+        if (samples_dir != NULL && save_sample(samples_dir, wl[w].name, n, cap, len) != 0)
+          return 1;
         uint64_t sum = 0;
         for (uint32_t i = 0; i < n; i++)
           sum += len[i];

@@ -24,8 +24,9 @@
  *     and the column packings are not tried at a repaired count, nor where
  *     first fit is already within 0.1 % of the step bound.
  *   - pk_auto_pack_best runs the level and the tier packing and keeps the
- *     lower step cost; the tier packing is skipped when the level packing is
- *     within 0.5 % of the step bound.
+ *     lower step cost; the second is skipped when the first is within 0.5 %
+ *     of the step bound. The tier packing goes first where first fit came
+ *     that close (like items).
  *   - with equal_count, pk_auto_pack_tiers: tiers of dp like items, one per
  *     micro-batch, so every rank gets the same count.
  *   - pk_auto_refine_columns: moves and swaps inside each column between its
@@ -487,14 +488,17 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
          * fills on its own (a repaired count) they are not tried, nor where
          * first fit is already within PK_AUTO_GOOD_ENOUGH of the step bound
          * (they could gain at most that much). Where they are tried and
-         * fit, they are kept: their columns refine better (measured). */
+         * fit, they are kept: their columns refine better (measured). Where
+         * first fit is within PK_AUTO_CLOSE, the tier packing goes first. */
         size_t nbins = (size_t)m * dp;
         memcpy(ffd_bins, s.bins, nbins * sizeof *ffd_bins);
         memcpy(ffd_item_bin, s.item_bin, (size_t)n * sizeof *ffd_item_bin);
         double ffd_step = pk_auto_step(&s);
-        bool good = ffd_step <= pk_step_lower_bound(ctx, m, ffd_step) * (1 + PK_AUTO_GOOD_ENOUGH);
+        double bound = pk_step_lower_bound(ctx, m, ffd_step);
+        bool good = ffd_step <= bound * (1 + PK_AUTO_GOOD_ENOUGH);
+        bool close = ffd_step <= bound * (1 + PK_AUTO_CLOSE);
         rc = repaired || good ? PK_EPRECOND
-                              : pk_auto_pack_best(&s, order, saved_bins, saved_item_bin);
+                              : pk_auto_pack_best(&s, order, close, saved_bins, saved_item_bin);
         if (rc == PK_EPRECOND) {
           memcpy(s.bins, ffd_bins, nbins * sizeof *ffd_bins);
           memcpy(s.item_bin, ffd_item_bin, (size_t)n * sizeof *ffd_item_bin);
@@ -502,7 +506,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
         }
       }
     } else {
-      rc = pk_auto_pack_best(&s, order, saved_bins, saved_item_bin);
+      rc = pk_auto_pack_best(&s, order, false, saved_bins, saved_item_bin);
       if (rc == PK_EPRECOND)
         rc = pk_auto_pack_bins_first(&s, order);
     }

@@ -13,6 +13,11 @@
  * improved further: at most that much could be gained. */
 #define PK_AUTO_GOOD_ENOUGH 1e-3
 
+/* A packing within this fraction of the step bound is close: the second
+ * column packing is not tried after it (auto_packed.c), and where first fit
+ * is this close the tier packing goes first (auto.c). */
+#define PK_AUTO_CLOSE 5e-3
+
 /* Candidate columns or micro-batches tried for one tier or item. */
 #define PK_AUTO_TRIES 16
 
@@ -77,8 +82,8 @@ int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order);
  * and sorts the micro-batches into columns. */
 int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_tiers(auto_state_t *s, const uint32_t *order);
-int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
-                      uint32_t *saved_item_bin);
+int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, bool tiers_first,
+                      pk_bin_t *saved_bins, uint32_t *saved_item_bin);
 int pk_auto_refine_columns(auto_state_t *s);
 /* Moves items from the costliest micro-batches of each column into
  * micro-batches of other columns below their level (auto_lower.c). */

@@ -524,35 +524,44 @@ int pk_auto_refine_columns(auto_state_t *s) {
 
 /* PACKED without equal_count: the level packing and the tier packing both
  * have batches they do best (few columns with large heads; many columns of
- * like items), so both run and the lower step cost is kept, unless the
- * level packing is already within PK_AUTO_TIERS_ABOVE of the step bound
- * (bounds.c): then the tier packing is skipped. Where the tier packing
- * wins, the level packing is far above the bound (its heads set levels the
- * other items cannot fill); on the bench grid, read with a build that
- * printed both step costs (issue 2, session 11 note), it won only where
- * the level packing was 1 % or more above the bound, but for one win of
- * 0.03 %. saved_* hold m x dp micro-batches and n items. */
-#define PK_AUTO_TIERS_ABOVE 5e-3
-int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, pk_bin_t *saved_bins,
-                      uint32_t *saved_item_bin) {
+ * like items), so both run and the lower step cost is kept, unless the one
+ * run first is already within PK_AUTO_CLOSE of the step bound (bounds.c):
+ * then the other is skipped. The level packing runs first but where the
+ * caller passes tiers_first (first fit, which ran already, came within
+ * PK_AUTO_CLOSE: a batch of like items). Where the tier packing wins, the
+ * level packing is far above the bound (its heads set levels the other
+ * items cannot fill); on the bench grid, read with a build that printed
+ * both step costs (issue 2, session 11 note), it won only where the level
+ * packing was 1 % or more above the bound, but for one win of 0.03 %. In
+ * the nearly full batches where first fit came within 0.5 % the tier
+ * packing did well and the level packing, which costs five times as much
+ * there (10 against 2 ms at n = 65536), was 3 to 8 % above the bound in 3
+ * of 5 (session 12 note). saved_* hold m x dp micro-batches and n items. */
+int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, bool tiers_first,
+                      pk_bin_t *saved_bins, uint32_t *saved_item_bin) {
   size_t nbins = (size_t)s->m * s->dp, n = s->ctx->n;
-  int levels = pk_auto_pack_levels(s, order);
-  if (levels != 0 && levels != PK_EPRECOND)
-    return levels;
-  double levels_step = 0;
-  if (levels == 0) {
-    levels_step = pk_auto_step(s);
-    if (levels_step <= pk_step_lower_bound(s->ctx, s->m, levels_step) * (1 + PK_AUTO_TIERS_ABOVE))
+  int (*pack[2])(auto_state_t *, const uint32_t *) = {pk_auto_pack_levels, pk_auto_pack_tiers};
+  if (tiers_first) {
+    pack[0] = pk_auto_pack_tiers;
+    pack[1] = pk_auto_pack_levels;
+  }
+  int first = pack[0](s, order);
+  if (first != 0 && first != PK_EPRECOND)
+    return first;
+  double first_step = 0;
+  if (first == 0) {
+    first_step = pk_auto_step(s);
+    if (first_step <= pk_step_lower_bound(s->ctx, s->m, first_step) * (1 + PK_AUTO_CLOSE))
       return 0;
     memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
     memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
   }
-  int tiers = pk_auto_pack_tiers(s, order);
-  if (tiers != 0 && tiers != PK_EPRECOND)
-    return tiers;
-  if (levels == 0 && (tiers != 0 || levels_step < pk_auto_step(s))) {
+  int second = pack[1](s, order);
+  if (second != 0 && second != PK_EPRECOND)
+    return second;
+  if (first == 0 && (second != 0 || first_step < pk_auto_step(s))) {
     memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
     memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
   }
-  return levels == 0 || tiers == 0 ? 0 : PK_EPRECOND;
+  return first == 0 || second == 0 ? 0 : PK_EPRECOND;
 }

@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""How far a PADDED plan is from the best possible one: a mixed-integer
+program over the same batch, solved with HiGHS (scipy.optimize.milp).
+
+    bench/planner/padded_exact.py LENGTHS --dp 8 --max-tokens 32768
+        [--round 128] [--max-seqs N] [--time-limit 300] [--grid 1.003]
+        [--packctl build/client/c/packctl] [--seed S]
+
+It plans the batch with `packctl plan --local --mode padded` (AUTO), then
+searches every plan with the same micro-batch count per rank (M) for the
+least step cost, and prints the plan's step cost, the bound the planner
+printed (stats.step_cost_lower_bound), and the program's proven lower bound
+(its dual bound when the time limit stops it) and best plan. Needs
+python3-scipy (apt-get install python3-scipy; not a dependency of packd).
+
+The model. Some best PADDED plan is made of runs of the width-sorted rows,
+dealt by cost in tiers of dp (the proof is at the top of
+server/planner/auto_runs.c), so a plan is a choice of K = M x dp runs that
+cover every row once (x_I = 1: run I is a micro-batch costing rows x
+c(widest row), within the cap and max_seqs; at most K runs, which also
+admits plans with empty micro-batches). Its step cost is the sum of
+the column levels; the number of columns whose level reaches a value v is
+at least ceil(N(v) / dp), N(v) the runs costing v or more. So with
+thresholds g_0 < g_1 < ... (a geometric grid from the cheapest run's cost,
+ratio --grid) and integers C_k >= N(g_k) / dp, C_k non-increasing, every
+plan has step >= sum_k (g_k - g_{k-1}) C_k (g_{-1} = 0), with equality
+when the run costs lie on the grid. The program minimises that sum: its
+optimum, and any dual bound HiGHS proves for it, are lower bounds on every
+plan's step cost; the grid makes them at most (grid - 1) low. The best
+runs it finds are re-costed exactly (sorted, every dp-th summed).
+"""
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def read_lengths(path):
+    out = []
+    with open(path) as f:
+        for line in f:
+            line = line.split("#", 1)[0].split()
+            if line:
+                out.append(sum(int(x) for x in line))
+    return out
+
+
+def plan_with_packctl(args):
+    cmd = [args.packctl, "plan", "--local", args.lengths, "--dp", str(args.dp), "--mode", "padded",
+           "--round", str(args.round), "--max-tokens", str(args.max_tokens), "--seed", str(args.seed),
+           "--format", "json"]
+    if args.max_seqs:
+        cmd += ["--max-seqs", str(args.max_seqs)]
+    res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"padded_exact: packctl failed: {res.stderr.strip()}")
+    return json.loads(res.stdout)["stats"]
+
+
+def step_of(costs, dp):
+    costs = sorted(costs, reverse=True)
+    return sum(costs[j] for j in range(0, len(costs), dp))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("lengths", help="lengths file (TOTAL or PROMPT RESPONSE per line)")
+    ap.add_argument("--dp", type=int, required=True)
+    ap.add_argument("--max-tokens", type=int, required=True)
+    ap.add_argument("--round", type=int, default=128)
+    ap.add_argument("--max-seqs", type=int, default=0, help="0: no limit")
+    ap.add_argument("--cost-linear", type=float, default=1.0)
+    ap.add_argument("--cost-quadratic", type=float, default=1.0 / 24576)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--time-limit", type=float, default=300.0, help="seconds for HiGHS")
+    ap.add_argument("--grid", type=float, default=1.003, help="threshold ratio (> 1)")
+    ap.add_argument("--packctl", default=str(REPO / "build" / "client" / "c" / "packctl"))
+    args = ap.parse_args()
+    if not args.grid > 1:
+        sys.exit(f"padded_exact: --grid {args.grid}: must be > 1")
+    try:
+        import numpy as np
+        from scipy.optimize import Bounds, LinearConstraint, milp
+        from scipy.sparse import coo_matrix
+    except ImportError as e:
+        sys.exit(f"padded_exact: {e}; install python3-scipy (>= 1.9)")
+
+    stats = plan_with_packctl(args)
+    m, dp, cap = int(stats["microBatchesPerRank"]), args.dp, args.max_tokens
+    lengths = read_lengths(args.lengths)
+    width = sorted(((x + args.round - 1) // args.round * args.round for x in lengths), reverse=True)
+    if width and width[0] > cap:
+        sys.exit(f"padded_exact: a row of width {width[0]} is above --max-tokens {cap}")
+    n, k_runs = len(width), m * dp
+    row_cost = [args.cost_linear * w + args.cost_quadratic * w * w for w in width]
+    max_seqs = args.max_seqs or n
+    runs = [(i, r, r * row_cost[i]) for i in range(n)
+            for r in range(1, min(cap // width[i], max_seqs, n - i) + 1)]
+    cost = np.array([c for _, _, c in runs])
+    grid = [cost.min()]
+    while grid[-1] < cost.max():
+        grid.append(grid[-1] * args.grid)
+    grid = np.array(grid)
+    g = len(grid)
+    bucket = np.searchsorted(grid, cost, side="right") - 1  # largest g_k <= cost
+
+    # Variables: x (one per run, binary), N_k (runs costing >= g_k), C_k.
+    nr = len(runs)
+    rows, cols, vals, lo, hi = [], [], [], [], []
+
+    def add(row, entries, low, high):
+        for col, val in entries:
+            rows.append(row)
+            cols.append(col)
+            vals.append(val)
+        lo.append(low)
+        hi.append(high)
+
+    r = 0
+    cover = [[] for _ in range(n)]
+    for idx, (i, rr, _) in enumerate(runs):
+        for t in range(i, i + rr):
+            cover[t].append((idx, 1.0))
+    for t in range(n):
+        add(r, cover[t], 1, 1)
+        r += 1
+    add(r, [(idx, 1.0) for idx in range(nr)], 0, k_runs)
+    r += 1
+    by_bucket = [[] for _ in range(g)]
+    for idx, b in enumerate(bucket):
+        by_bucket[b].append((idx, -1.0))
+    for k in range(g):
+        e = [(nr + k, 1.0)] + ([(nr + k + 1, -1.0)] if k + 1 < g else []) + by_bucket[k]
+        add(r, e, 0, 0)
+        r += 1
+        add(r, [(nr + k, 1.0), (nr + g + k, -float(dp))], -np.inf, 0)
+        r += 1
+        if k + 1 < g:
+            add(r, [(nr + g + k, 1.0), (nr + g + k + 1, -1.0)], 0, np.inf)
+            r += 1
+    nv = nr + 2 * g
+    a = coo_matrix((vals, (rows, cols)), shape=(r, nv)).tocsr()
+    obj = np.zeros(nv)
+    obj[nr + g:] = grid - np.concatenate([[0.0], grid[:-1]])
+    integral = np.zeros(nv)
+    integral[:nr] = 1
+    integral[nr + g:] = 1
+    ub = np.full(nv, np.inf)
+    ub[:nr] = 1
+    ub[nr + g:] = m
+    print(f"batch: {n} rows, dp {dp}, cap {cap}, {m} micro-batches per rank; "
+          f"{nr} candidate runs, {g} thresholds; HiGHS for up to {args.time_limit:.0f} s ...",
+          file=sys.stderr)
+    t0 = time.time()
+    res = milp(obj, constraints=LinearConstraint(a, lo, hi), integrality=integral,
+               bounds=Bounds(np.zeros(nv), ub),
+               options={"time_limit": args.time_limit, "mip_rel_gap": 1e-5})
+    secs = time.time() - t0
+    dual = getattr(res, "mip_dual_bound", None)
+    if res.status == 0:
+        dual = res.fun if dual is None else max(dual, 0.0)
+    best = None
+    if res.x is not None:
+        chosen = [runs[idx][2] for idx in range(nr) if res.x[idx] > 0.5]
+        best = step_of(chosen + [0.0] * (k_runs - len(chosen)), dp)
+    plan, printed = float(stats["stepCost"]), float(stats["stepCostLowerBound"])
+    print(f"plan step cost (packctl AUTO)        {plan:.1f}")
+    print(f"planner's printed lower bound        {printed:.1f}  (plan / bound {plan / printed:.4f})")
+    if dual is not None and math.isfinite(dual):
+        print(f"proven lower bound (HiGHS, {secs:.0f} s)     {dual:.1f}  (plan / bound {plan / dual:.4f}; "
+              f"bound / printed {dual / printed:.4f})")
+    if best is not None:
+        print(f"best plan found by HiGHS             {best:.1f}  (plan / it {plan / best:.4f})")
+    print(f"status: {res.message}")
+
+
+if __name__ == "__main__":
+    main()
