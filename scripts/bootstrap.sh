@@ -18,7 +18,7 @@ PACKAGES=(
   libxxhash-dev libjansson-dev libhttp-parser-dev
   # Tests: cmocka for C, pytest with Debian's grpcio/protobuf/numpy for Python.
   libcmocka-dev protobuf-compiler protobuf-compiler-grpc
-  python3 python3-grpcio python3-protobuf python3-pytest python3-numpy
+  python3 python3-grpcio python3-protobuf python3-pytest python3-numpy python3-scipy
   python3-prometheus-client python3-venv python3-pip
   # Small tools used by the tests and scripts.
   curl procps ca-certificates

@@ -24,9 +24,11 @@ at least ceil(N(v) / dp), N(v) the runs costing v or more. So with
 thresholds g_0 < g_1 < ... (a geometric grid from the cheapest run's cost,
 ratio --grid) and integers C_k >= N(g_k) / dp, C_k non-increasing, every
 plan has step >= sum_k (g_k - g_{k-1}) C_k (g_{-1} = 0), with equality
-when the run costs lie on the grid. The program minimises that sum: its
-optimum, and any dual bound HiGHS proves for it, are lower bounds on every
-plan's step cost; the grid makes them at most (grid - 1) low. The best
+when the run costs lie on the grid (they do where there are fewer distinct
+run costs than grid points: then those are the thresholds). The program
+minimises that sum: its optimum, and any dual bound HiGHS proves for it,
+are lower bounds on every plan's step cost; the grid makes them at most
+(grid - 1) low. The best
 runs it finds are re-costed exactly (sorted, every dp-th summed).
 """
 
@@ -68,6 +70,92 @@ def step_of(costs, dp):
     return sum(costs[j] for j in range(0, len(costs), dp))
 
 
+def solve(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic=1.0 / 24576,
+          grid_ratio=1.003, time_limit=300.0, log=None):
+    """The program for rows of the given padded widths (any order), dp ranks
+    and m micro-batches per rank. Returns a dict: dual (a proven lower bound
+    on every plan's step cost, None if HiGHS proved none), best (the step
+    cost of the best plan found, exact, or None), best_costs (that plan's
+    micro-batch costs, descending: column j is positions j x dp ..), optimal
+    (HiGHS proved its optimum), runs, thresholds, seconds, message."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    width = sorted(width, reverse=True)
+    if width and width[0] > cap:
+        raise ValueError(f"a row of width {width[0]} is above the cap {cap}")
+    n, k_runs = len(width), m * dp
+    row_cost = [cost_linear * w + cost_quadratic * w * w for w in width]
+    max_seqs = max_seqs or n
+    runs = [(i, r, r * row_cost[i]) for i in range(n)
+            for r in range(1, min(cap // width[i], max_seqs, n - i) + 1)]
+    cost = np.array([c for _, _, c in runs])
+    grid = [cost.min()]
+    while grid[-1] < cost.max():
+        grid.append(grid[-1] * grid_ratio)
+    distinct = np.unique(cost)
+    grid = distinct if len(distinct) <= len(grid) else np.array(grid)
+    g = len(grid)
+    bucket = np.searchsorted(grid, cost, side="right") - 1  # largest g_k <= cost
+
+    # Variables: x (one per run, binary), N_k (runs costing >= g_k), C_k.
+    nr = len(runs)
+    rows, cols, vals, lo, hi = [], [], [], [], []
+
+    def add(entries, low, high):
+        for col, val in entries:
+            rows.append(len(lo))
+            cols.append(col)
+            vals.append(val)
+        lo.append(low)
+        hi.append(high)
+
+    cover = [[] for _ in range(n)]
+    for idx, (i, rr, _) in enumerate(runs):
+        for t in range(i, i + rr):
+            cover[t].append((idx, 1.0))
+    for t in range(n):
+        add(cover[t], 1, 1)
+    add([(idx, 1.0) for idx in range(nr)], 0, k_runs)
+    by_bucket = [[] for _ in range(g)]
+    for idx, b in enumerate(bucket):
+        by_bucket[b].append((idx, -1.0))
+    for k in range(g):
+        add([(nr + k, 1.0)] + ([(nr + k + 1, -1.0)] if k + 1 < g else []) + by_bucket[k], 0, 0)
+        add([(nr + k, 1.0), (nr + g + k, -float(dp))], -np.inf, 0)
+        if k + 1 < g:
+            add([(nr + g + k, 1.0), (nr + g + k + 1, -1.0)], 0, np.inf)
+    nv = nr + 2 * g
+    a = coo_matrix((vals, (rows, cols)), shape=(len(lo), nv)).tocsr()
+    obj = np.zeros(nv)
+    obj[nr + g:] = grid - np.concatenate([[0.0], grid[:-1]])
+    integral = np.zeros(nv)
+    integral[:nr] = 1
+    integral[nr + g:] = 1
+    ub = np.full(nv, np.inf)
+    ub[:nr] = 1
+    ub[nr + g:] = m
+    if log:
+        log(f"{n} rows, dp {dp}, cap {cap}, {m} micro-batches per rank; {nr} candidate runs, "
+            f"{g} thresholds; HiGHS for up to {time_limit:.0f} s ...")
+    t0 = time.time()
+    res = milp(obj, constraints=LinearConstraint(a, lo, hi), integrality=integral,
+               bounds=Bounds(np.zeros(nv), ub),
+               options={"time_limit": time_limit, "mip_rel_gap": 1e-5})
+    dual = getattr(res, "mip_dual_bound", None)
+    if res.status == 0 and (dual is None or not math.isfinite(dual)):
+        dual = res.fun
+    best, chosen = None, []
+    if res.x is not None:
+        chosen = sorted((runs[idx][2] for idx in range(nr) if res.x[idx] > 0.5), reverse=True)
+        best = step_of(chosen + [0.0] * (k_runs - len(chosen)), dp)
+    return {"dual": dual if dual is not None and math.isfinite(dual) else None, "best": best,
+            "best_costs": chosen,
+            "optimal": res.status == 0, "runs": nr, "thresholds": g,
+            "seconds": time.time() - t0, "message": res.message}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("lengths", help="lengths file (TOTAL or PROMPT RESPONSE per line)")
@@ -85,99 +173,26 @@ def main():
     if not args.grid > 1:
         sys.exit(f"padded_exact: --grid {args.grid}: must be > 1")
     try:
-        import numpy as np
-        from scipy.optimize import Bounds, LinearConstraint, milp
-        from scipy.sparse import coo_matrix
+        import scipy.optimize  # noqa: F401
     except ImportError as e:
         sys.exit(f"padded_exact: {e}; install python3-scipy (>= 1.9)")
-
     stats = plan_with_packctl(args)
-    m, dp, cap = int(stats["microBatchesPerRank"]), args.dp, args.max_tokens
-    lengths = read_lengths(args.lengths)
-    width = sorted(((x + args.round - 1) // args.round * args.round for x in lengths), reverse=True)
-    if width and width[0] > cap:
-        sys.exit(f"padded_exact: a row of width {width[0]} is above --max-tokens {cap}")
-    n, k_runs = len(width), m * dp
-    row_cost = [args.cost_linear * w + args.cost_quadratic * w * w for w in width]
-    max_seqs = args.max_seqs or n
-    runs = [(i, r, r * row_cost[i]) for i in range(n)
-            for r in range(1, min(cap // width[i], max_seqs, n - i) + 1)]
-    cost = np.array([c for _, _, c in runs])
-    grid = [cost.min()]
-    while grid[-1] < cost.max():
-        grid.append(grid[-1] * args.grid)
-    grid = np.array(grid)
-    g = len(grid)
-    bucket = np.searchsorted(grid, cost, side="right") - 1  # largest g_k <= cost
-
-    # Variables: x (one per run, binary), N_k (runs costing >= g_k), C_k.
-    nr = len(runs)
-    rows, cols, vals, lo, hi = [], [], [], [], []
-
-    def add(row, entries, low, high):
-        for col, val in entries:
-            rows.append(row)
-            cols.append(col)
-            vals.append(val)
-        lo.append(low)
-        hi.append(high)
-
-    r = 0
-    cover = [[] for _ in range(n)]
-    for idx, (i, rr, _) in enumerate(runs):
-        for t in range(i, i + rr):
-            cover[t].append((idx, 1.0))
-    for t in range(n):
-        add(r, cover[t], 1, 1)
-        r += 1
-    add(r, [(idx, 1.0) for idx in range(nr)], 0, k_runs)
-    r += 1
-    by_bucket = [[] for _ in range(g)]
-    for idx, b in enumerate(bucket):
-        by_bucket[b].append((idx, -1.0))
-    for k in range(g):
-        e = [(nr + k, 1.0)] + ([(nr + k + 1, -1.0)] if k + 1 < g else []) + by_bucket[k]
-        add(r, e, 0, 0)
-        r += 1
-        add(r, [(nr + k, 1.0), (nr + g + k, -float(dp))], -np.inf, 0)
-        r += 1
-        if k + 1 < g:
-            add(r, [(nr + g + k, 1.0), (nr + g + k + 1, -1.0)], 0, np.inf)
-            r += 1
-    nv = nr + 2 * g
-    a = coo_matrix((vals, (rows, cols)), shape=(r, nv)).tocsr()
-    obj = np.zeros(nv)
-    obj[nr + g:] = grid - np.concatenate([[0.0], grid[:-1]])
-    integral = np.zeros(nv)
-    integral[:nr] = 1
-    integral[nr + g:] = 1
-    ub = np.full(nv, np.inf)
-    ub[:nr] = 1
-    ub[nr + g:] = m
-    print(f"batch: {n} rows, dp {dp}, cap {cap}, {m} micro-batches per rank; "
-          f"{nr} candidate runs, {g} thresholds; HiGHS for up to {args.time_limit:.0f} s ...",
-          file=sys.stderr)
-    t0 = time.time()
-    res = milp(obj, constraints=LinearConstraint(a, lo, hi), integrality=integral,
-               bounds=Bounds(np.zeros(nv), ub),
-               options={"time_limit": args.time_limit, "mip_rel_gap": 1e-5})
-    secs = time.time() - t0
-    dual = getattr(res, "mip_dual_bound", None)
-    if res.status == 0:
-        dual = res.fun if dual is None else max(dual, 0.0)
-    best = None
-    if res.x is not None:
-        chosen = [runs[idx][2] for idx in range(nr) if res.x[idx] > 0.5]
-        best = step_of(chosen + [0.0] * (k_runs - len(chosen)), dp)
+    width = [(x + args.round - 1) // args.round * args.round for x in read_lengths(args.lengths)]
+    try:
+        r = solve(width, args.dp, int(stats["microBatchesPerRank"]), args.max_tokens, args.max_seqs,
+                  args.cost_linear, args.cost_quadratic, args.grid, args.time_limit,
+                  log=lambda msg: print(msg, file=sys.stderr, flush=True))
+    except ValueError as e:
+        sys.exit(f"padded_exact: {e}")
     plan, printed = float(stats["stepCost"]), float(stats["stepCostLowerBound"])
     print(f"plan step cost (packctl AUTO)        {plan:.1f}")
     print(f"planner's printed lower bound        {printed:.1f}  (plan / bound {plan / printed:.4f})")
-    if dual is not None and math.isfinite(dual):
-        print(f"proven lower bound (HiGHS, {secs:.0f} s)     {dual:.1f}  (plan / bound {plan / dual:.4f}; "
-              f"bound / printed {dual / printed:.4f})")
-    if best is not None:
-        print(f"best plan found by HiGHS             {best:.1f}  (plan / it {plan / best:.4f})")
-    print(f"status: {res.message}")
+    if r["dual"] is not None:
+        print(f"proven lower bound (HiGHS, {r['seconds']:.0f} s)  {r['dual']:.1f}  "
+              f"(plan / bound {plan / r['dual']:.4f}; bound / printed {r['dual'] / printed:.4f})")
+    if r["best"] is not None:
+        print(f"best plan found by HiGHS             {r['best']:.1f}  (plan / it {plan / r['best']:.4f})")
+    print(f"status: {r['message']}")
 
 
 if __name__ == "__main__":
