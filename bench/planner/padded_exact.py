@@ -192,6 +192,9 @@ def main():
               f"(plan / bound {plan / r['dual']:.4f}; bound / printed {r['dual'] / printed:.4f})")
     if r["best"] is not None:
         print(f"best plan found by HiGHS             {r['best']:.1f}  (plan / it {plan / r['best']:.4f})")
+        costs = r["best_costs"]
+        print("its column levels                    "
+              + ", ".join(f"{costs[j]:.0f}" for j in range(0, len(costs), args.dp)))
     print(f"status: {r['message']}")
 
 
