@@ -164,6 +164,10 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  *      (first_column_hold). It decides where one long sequence sets the
  *      first column's level and leaves its micro-batch's tokens unused.
  *
+ *  (e) PADDED: the plan's total cost is at least the least padded total any
+ *      grouping of the rows into m x dp micro-batches pays
+ *      (pk_padded_least_total), and step >= total / dp.
+ *
  * So step >= sum_{j <= k} l_j + max((C - U_k) / dp, sum_{j > k} l_j) for
  * every k in 0..m; the bound is the largest. k = 0 is the plain bound
  * max(C / dp, sum l) >= max(C / dp, c_1). In PADDED mode a micro-batch costs
@@ -355,6 +359,11 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   }
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
     best = padded_runs_sharpen(ctx, by, lvl, cap_cost, m, total, best, known_step);
+  if (cfg->mode == PK_MODE_PADDED && best * 1.005 < known_step) {
+    /* (e) Every plan pays the padding its micro-batch count forces. */
+    double padded = pk_padded_least_total(ctx, by, (uint64_t)m * cfg->dp, total);
+    best = PK_MAX(best, padded / dp);
+  }
   free(owned);
   free(lvl);
   free(cap_cost);

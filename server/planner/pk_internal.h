@@ -183,6 +183,12 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx);
  * the costlier sharpenings stop once the bound is within 0.5 % of it (the
  * tolerance the planner is judged by). */
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step);
+/* PADDED: a lower bound on the padded cost (sum of rows x c(widest row))
+ * that any grouping of the rows into at most `groups` micro-batches pays
+ * in all; `total` (the rows' own costs) where no padding is forced or out
+ * of memory. by: the items in size-descending order (bounds_padding.c). */
+double pk_padded_least_total(const pk_ctx_t *ctx, const uint32_t *by, uint64_t groups,
+                             double total);
 
 /* Small utilities (util.c). */
 uint64_t pk_round_up(uint64_t x, uint64_t m);

@@ -176,6 +176,18 @@ static void test_step_bound_padded_runs(void **state) {
   assert_bound(lens, 6, PK_MODE_PADDED, 100, 1, 0, 2, 134, 134);
 }
 
+/* PADDED: the padding the micro-batch count forces. Rows 50, 40, 40 and 30
+ * on 2 ranks x 1 micro-batch, cap 100, cost = rows x width: two
+ * micro-batches of at most 100 padded tokens hold the four rows only as
+ * [50, 40] and [40, 30] (every other pair of groups breaks the cap), so
+ * every plan pays 100 + 80 = 180 in all and the step is at least 90 (the
+ * optimum is 100). The rows' own costs (160) give only 80. */
+static void test_step_bound_padded_forced(void **state) {
+  (void)state;
+  uint32_t lens[] = {40, 30, 50, 40};
+  assert_bound(lens, 4, PK_MODE_PADDED, 100, 1, 0, 1, 90, 100);
+}
+
 /* PADDED with wide, middle and narrow rows mixed (the runs bound is what
  * decides there): the step bound never exceeds the exhaustive optimum. */
 static void test_bounds_padded_mixed(void **state) {
@@ -260,6 +272,7 @@ int main(void) {
       cmocka_unit_test(test_step_bound_cap),
       cmocka_unit_test(test_step_bound_padded_singles),
       cmocka_unit_test(test_step_bound_padded_runs),
+      cmocka_unit_test(test_step_bound_padded_forced),
       cmocka_unit_test(test_bounds_padded_mixed),
       cmocka_unit_test(test_step_bound_first_column),
       cmocka_unit_test(test_step_bound_wide_items),

@@ -1,0 +1,140 @@
+/* PADDED: the least padded cost any plan with a given number of
+ * micro-batches pays in all, for the step bound (bounds.c).
+ *
+ * A PADDED micro-batch costs rows x c(its widest row), at least the sum of
+ * its rows' own costs; the difference is padding. With few micro-batches
+ * per rank the cap forces rows of unlike width together, and the padding
+ * this forces is a cost every plan pays, which the item total misses.
+ *
+ * Some cheapest grouping of the rows into at most g micro-batches is made
+ * of runs of the width-descending order: give the micro-batch holding the
+ * widest row the widest rows after it (as many as it holds), handing its
+ * former rows to the micro-batches those came from; no micro-batch widens
+ * or gains rows (the exchange at the top of auto_runs.c), so no cost rises;
+ * repeat on the rest. So the least padded total P(g) is the least sum of
+ * rows x c(first row) over cuts of the order into at most g runs, a run
+ * opened by a row of width w taking at most R(w) = pk_padded_cap_rows
+ * rows. Charging every run lambda >= 0, F(lambda) = the least sum of run
+ * cost + lambda over cuts into any number of runs, and P(g) >= F(lambda) -
+ * lambda x g for every lambda (weak duality), so any lambda gives a valid
+ * bound; a bisection on lambda (the runs F's cut takes fall as lambda
+ * grows) looks for the best one. Every plan with g micro-batches in all
+ * has a step cost of at least its total / dp >= P(g) / dp.
+ *
+ * F is the recursion f(n) = 0, f(i) = lambda + min over i < j <= i + R(w_i)
+ * of (j - i) c(w_i) + f(j). Rows of one width are neighbours in the order
+ * and share c and R, so over such a block f(i) + i c = lambda + the least
+ * j c + f(j) in a window sliding left: a monotone deque gives it in O(block
+ * + R) per block, O(n + sum over widths of R(w)) in all, small as R(w)
+ * falls with w.
+ *
+ * Where the rows split by width alone need at most g runs, P(g) is the
+ * item total (no padding is forced) and nothing is computed. */
+#include <stdlib.h>
+
+#include "pk_internal.h"
+
+typedef struct padding_dual {
+  const pk_ctx_t *ctx;
+  const uint32_t *by;
+  uint32_t n;
+  double *f;        /* f(i), i = 0..n. */
+  uint32_t *runs;   /* Runs of f(i)'s cut. */
+  uint32_t *window; /* The deque of candidate ends j. */
+} padding_dual_t;
+
+/* F(lambda) = f(0); *runs gets the runs of its cut. */
+static double padding_dual_value(padding_dual_t *d, double lambda, uint32_t *runs) {
+  const pk_ctx_t *ctx = d->ctx;
+  uint32_t n = d->n;
+  d->f[n] = 0;
+  d->runs[n] = 0;
+  for (uint32_t b = n; b > 0;) {
+    /* The block [a, b) of rows of one width. */
+    uint64_t w = ctx->size[d->by[b - 1]];
+    uint32_t a = b - 1;
+    while (a > 0 && ctx->size[d->by[a - 1]] == w)
+      a--;
+    double c = ctx->cost[d->by[a]];
+    uint64_t r64 = pk_padded_cap_rows(ctx->cfg, w);
+    uint32_t r = r64 < n ? (uint32_t)r64 : n;
+    /* window[head .. tail) holds ends j, the largest first, with j c + f(j)
+     * rising from head to tail; j enters at the tail as i falls and leaves
+     * at the head once j > i + r. */
+    uint32_t head = 0, tail = 0;
+    uint32_t hi = b - 1 + r < n ? b - 1 + r : n;
+    for (uint32_t j = hi + 1; j-- > b;) {
+      double v = (double)j * c + d->f[j];
+      while (tail > head && (double)d->window[tail - 1] * c + d->f[d->window[tail - 1]] >= v)
+        tail--;
+      d->window[tail++] = j;
+    }
+    for (uint32_t i = b; i-- > a;) {
+      if (i < b - 1) {
+        uint32_t j = i + 1;
+        double v = (double)j * c + d->f[j];
+        while (tail > head && (double)d->window[tail - 1] * c + d->f[d->window[tail - 1]] >= v)
+          tail--;
+        d->window[tail++] = j;
+      }
+      while (d->window[head] > (uint64_t)i + r)
+        head++;
+      uint32_t j = d->window[head];
+      d->f[i] = lambda + (double)(j - i) * c + d->f[j];
+      d->runs[i] = d->runs[j] + 1;
+    }
+    b = a;
+  }
+  *runs = d->runs[0];
+  return d->f[0];
+}
+
+double pk_padded_least_total(const pk_ctx_t *ctx, const uint32_t *by, uint64_t groups,
+                             double total) {
+  uint32_t n = ctx->n;
+  /* The runs the rows need when no run mixes widths. */
+  uint64_t apart = 0;
+  for (uint32_t b = 0; b < n;) {
+    uint64_t w = ctx->size[by[b]];
+    uint32_t e = b;
+    while (e < n && ctx->size[by[e]] == w)
+      e++;
+    uint64_t r = pk_padded_cap_rows(ctx->cfg, w);
+    apart += (e - b + r - 1) / r;
+    b = e;
+  }
+  if (apart <= groups || groups == 0)
+    return total;
+  padding_dual_t d = {.ctx = ctx, .by = by, .n = n};
+  d.f = pk_malloc_array((size_t)n + 1, sizeof *d.f);
+  d.runs = pk_malloc_array((size_t)n + 1, sizeof *d.runs);
+  d.window = pk_malloc_array((size_t)n + 1, sizeof *d.window);
+  double best = total;
+  if (d.f == NULL || d.runs == NULL || d.window == NULL)
+    goto done;
+  /* lambda = 0 cuts every row alone (n runs, F = total); at lambda above
+   * the costliest run no cut with more runs than needed pays, so the
+   * bisection lies between. */
+  double lo = 0, hi = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    double run = ctx->cost[by[i]] * (double)pk_padded_cap_rows(ctx->cfg, ctx->size[by[i]]);
+    hi = run > hi ? run : hi;
+  }
+  for (int it = 0; it < 24 && hi - lo > hi * 1e-4; it++) {
+    double lambda = (lo + hi) / 2;
+    uint32_t runs;
+    double value = padding_dual_value(&d, lambda, &runs) - lambda * (double)groups;
+    best = value > best ? value : best;
+    if (runs > groups)
+      lo = lambda;
+    else
+      hi = lambda;
+  }
+  /* Rounding in the sums must not lift the bound above the truth. */
+  best = best > total ? best * (1 - 1e-9) : total;
+done:
+  free(d.f);
+  free(d.runs);
+  free(d.window);
+  return best;
+}
