@@ -43,6 +43,17 @@ typedef struct padding_dual {
   uint32_t *window; /* The deque of candidate ends j. */
 } padding_dual_t;
 
+/* Puts end j at the tail of window[head .. tail), first dropping the ends
+ * there that are no better (j c + f(j) at least j's; they also leave the
+ * window sooner). Returns the new tail. */
+static uint32_t window_push(padding_dual_t *d, double c, uint32_t head, uint32_t tail, uint32_t j) {
+  double v = (double)j * c + d->f[j];
+  while (tail > head && (double)d->window[tail - 1] * c + d->f[d->window[tail - 1]] >= v)
+    tail--;
+  d->window[tail++] = j;
+  return tail;
+}
+
 /* F(lambda) = f(0); *runs gets the runs of its cut. */
 static double padding_dual_value(padding_dual_t *d, double lambda, uint32_t *runs) {
   const pk_ctx_t *ctx = d->ctx;
@@ -62,21 +73,13 @@ static double padding_dual_value(padding_dual_t *d, double lambda, uint32_t *run
      * rising from head to tail; j enters at the tail as i falls and leaves
      * at the head once j > i + r. */
     uint32_t head = 0, tail = 0;
-    uint32_t hi = b - 1 + r < n ? b - 1 + r : n;
-    for (uint32_t j = hi + 1; j-- > b;) {
-      double v = (double)j * c + d->f[j];
-      while (tail > head && (double)d->window[tail - 1] * c + d->f[d->window[tail - 1]] >= v)
-        tail--;
-      d->window[tail++] = j;
-    }
+    uint64_t last = (uint64_t)b - 1 + r;
+    uint32_t hi = last < n ? (uint32_t)last : n;
+    for (uint32_t j = hi + 1; j-- > b;)
+      tail = window_push(d, c, head, tail, j);
     for (uint32_t i = b; i-- > a;) {
-      if (i < b - 1) {
-        uint32_t j = i + 1;
-        double v = (double)j * c + d->f[j];
-        while (tail > head && (double)d->window[tail - 1] * c + d->f[d->window[tail - 1]] >= v)
-          tail--;
-        d->window[tail++] = j;
-      }
+      if (i < b - 1)
+        tail = window_push(d, c, head, tail, i + 1);
       while (d->window[head] > (uint64_t)i + r)
         head++;
       uint32_t j = d->window[head];
