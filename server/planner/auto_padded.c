@@ -109,15 +109,6 @@ int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m
  * multi-row groups are then halved until there are exactly M x dp. Groups
  * sorted by cost, descending, are dealt in tiers of dp: tier j is column j,
  * so the micro-batches that run together cost nearly the same. */
-/* The most rows a run opened by width w (row cost c) takes under target
- * cost t, the cap and max_seqs: at least one. */
-static uint64_t run_rows(const pk_cfg_t *cfg, uint64_t w, double c, double t) {
-  uint64_t rows = pk_padded_cap_rows(cfg, w);
-  if (c > 0 && t / c < (double)rows)
-    rows = (uint64_t)(t / c);
-  return PK_MAX(rows, 1);
-}
-
 int pk_padded_rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order) {
   uint32_t n = ctx->n;
   rt->n = n;
@@ -138,23 +129,29 @@ void pk_padded_rows_free(padded_rows_t *rt) {
   free(rt->cap_rows);
 }
 
+/* The most rows a run opened at position i takes under target cost t, the
+ * cap and max_seqs: at least one. */
+static uint32_t run_rows(const padded_rows_t *rt, uint32_t i, double t) {
+  double c = rt->cost[i];
+  uint32_t rows = rt->cap_rows[i];
+  if (c > 0 && t / c < (double)rows)
+    rows = PK_MAX((uint32_t)(t / c), 1);
+  return rows;
+}
+
 /* Number of groups of positions [from, n) for target cost t (stops
- * counting above limit); out, when given, gets them. A run opened at i
- * takes min(cap_rows, t / cost) rows, at least one (run_rows). */
+ * counting above limit); out, when given, gets them (runs of run_rows). */
 static uint32_t count_groups(const padded_rows_t *rt, uint32_t from, double t, uint32_t limit,
                              padded_group_t *out) {
   uint32_t n = rt->n, g = 0;
   for (uint32_t i = from; i < n;) {
-    double c = rt->cost[i];
-    uint32_t rows = rt->cap_rows[i];
-    if (c > 0 && t / c < (double)rows)
-      rows = PK_MAX((uint32_t)(t / c), 1);
+    uint32_t rows = run_rows(rt, i, t);
     if (rows > n - i)
       rows = n - i;
     if (g >= limit)
       return limit + 1;
     if (out != NULL)
-      out[g] = (padded_group_t){i, rows, (double)rows * c};
+      out[g] = (padded_group_t){i, rows, (double)rows * rt->cost[i]};
     g++;
     i += rows;
   }
@@ -233,44 +230,17 @@ static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_grou
 
 /* Whether group x is halved before group y: the costlier first, the lower
  * index on a tie. */
-static bool halve_before(const padded_group_t *grp, uint32_t x, uint32_t y) {
+static bool halve_before(const void *arg, uint32_t x, uint32_t y) {
+  const padded_group_t *grp = arg;
   return grp[x].cost > grp[y].cost || (grp[x].cost == grp[y].cost && x < y);
-}
-
-/* Restores the heap (heap[0] first to halve) from position i down. */
-static void halve_sift_down(const padded_group_t *grp, uint32_t *heap, uint32_t size, uint32_t i) {
-  for (;;) {
-    uint32_t top = i, l = 2 * i + 1, r = l + 1;
-    if (l < size && halve_before(grp, heap[l], heap[top]))
-      top = l;
-    if (r < size && halve_before(grp, heap[r], heap[top]))
-      top = r;
-    if (top == i)
-      return;
-    uint32_t t = heap[i];
-    heap[i] = heap[top];
-    heap[top] = t;
-    i = top;
-  }
-}
-
-static void halve_push(const padded_group_t *grp, uint32_t *heap, uint32_t *size, uint32_t q) {
-  uint32_t i = (*size)++;
-  heap[i] = q;
-  while (i > 0 && halve_before(grp, heap[i], heap[(i - 1) / 2])) {
-    uint32_t p = (i - 1) / 2, t = heap[i];
-    heap[i] = heap[p];
-    heap[p] = t;
-    i = p;
-  }
 }
 
 /* Halves the costliest multi-row groups among grp[from..g) until there are
  * target groups in all; each halving adds one group (a heap of the groups
  * with two rows or more, O(log g) per halving). Fails (PK_EPRECOND) when no
  * group there has two rows left. */
-static int halve_groups(const pk_ctx_t *ctx, const uint32_t *order, padded_group_t *grp,
-                        uint32_t from, uint32_t g, uint32_t target) {
+static int halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_t from, uint32_t g,
+                        uint32_t target) {
   if (g >= target)
     return 0;
   uint32_t *heap = pk_malloc_array(target, sizeof *heap);
@@ -278,8 +248,10 @@ static int halve_groups(const pk_ctx_t *ctx, const uint32_t *order, padded_group
     return PK_ENOMEM;
   uint32_t size = 0;
   for (uint32_t q = from; q < g; q++)
-    if (grp[q].rows >= 2)
-      halve_push(grp, heap, &size, q);
+    if (grp[q].rows >= 2) {
+      heap[size] = q;
+      pk_heap_up(heap, size++, halve_before, grp);
+    }
   int rc = 0;
   while (g < target) {
     if (size == 0) {
@@ -288,17 +260,21 @@ static int halve_groups(const pk_ctx_t *ctx, const uint32_t *order, padded_group
     }
     uint32_t best = heap[0];
     heap[0] = heap[--size];
-    halve_sift_down(grp, heap, size, 0);
+    pk_heap_down(heap, size, 0, halve_before, grp);
     padded_group_t *b = &grp[best];
     uint32_t keep = b->rows - b->rows / 2, moved = b->rows / 2;
     uint32_t second = b->first + keep;
     b->rows = keep;
-    b->cost = (double)keep * ctx->cost[order[b->first]];
-    grp[g] = (padded_group_t){second, moved, (double)moved * ctx->cost[order[second]]};
-    if (keep >= 2)
-      halve_push(grp, heap, &size, best);
-    if (moved >= 2)
-      halve_push(grp, heap, &size, g);
+    b->cost = (double)keep * rt->cost[b->first];
+    grp[g] = (padded_group_t){second, moved, (double)moved * rt->cost[second]};
+    if (keep >= 2) {
+      heap[size] = best;
+      pk_heap_up(heap, size++, halve_before, grp);
+    }
+    if (moved >= 2) {
+      heap[size] = g;
+      pk_heap_up(heap, size++, halve_before, grp);
+    }
     g++;
   }
   free(heap);
@@ -307,12 +283,12 @@ static int halve_groups(const pk_ctx_t *ctx, const uint32_t *order, padded_group
 
 /* Groups at target t (least_target), the costliest halved until there are
  * target of them, into grp; *halvings tells how many were. */
-static int halved_runs(const pk_ctx_t *ctx, const uint32_t *order, const padded_rows_t *rt,
-                       uint32_t target, double t, padded_group_t *grp, uint32_t *halvings) {
+static int halved_runs(const padded_rows_t *rt, uint32_t target, double t, padded_group_t *grp,
+                       uint32_t *halvings) {
   uint32_t g = count_groups(rt, 0, t, target, grp);
   *halvings = target - g;
   /* n >= target, so a multi-row group always exists. */
-  return halve_groups(ctx, order, grp, 0, g, target);
+  return halve_groups(rt, grp, 0, g, target);
 }
 
 /* Column levels: where the widest items cost more than the common target
@@ -326,20 +302,18 @@ static int halved_runs(const pk_ctx_t *ctx, const uint32_t *order, const padded_
  * halved to the count. Every column keeps at least one item for each
  * micro-batch after it. The shape follows the step bound (bounds.c): the
  * top columns hold the costliest tokens up to their forced levels. */
-static int level_runs(const pk_ctx_t *ctx, const uint32_t *order, const padded_rows_t *rt,
-                      uint32_t m, uint32_t dp, double t, padded_group_t *grp) {
-  const pk_cfg_t *cfg = ctx->cfg;
-  uint32_t n = ctx->n, target = m * dp, g = 0, from = 0;
-  for (uint32_t c = 0; c + 1 < m && ctx->cost[order[from]] > t; c++) {
-    double head = ctx->cost[order[from]];
+static int level_runs(const padded_rows_t *rt, uint32_t m, uint32_t dp, double t,
+                      padded_group_t *grp) {
+  uint32_t n = rt->n, target = m * dp, g = 0, from = 0;
+  for (uint32_t c = 0; c + 1 < m && rt->cost[from] > t; c++) {
+    double head = rt->cost[from];
     for (uint32_t q = 0; q < dp; q++) {
       uint32_t after = target - g - 1; /* Groups still to open after this one. */
       if (n - from <= after)
         return PK_EPRECOND;
-      uint64_t rows = run_rows(cfg, ctx->size[order[from]], ctx->cost[order[from]], head);
-      rows = PK_MIN(rows, (uint64_t)(n - from - after));
-      grp[g++] = (padded_group_t){from, (uint32_t)rows, (double)rows * ctx->cost[order[from]]};
-      from += (uint32_t)rows;
+      uint32_t rows = PK_MIN(run_rows(rt, from, head), n - from - after);
+      grp[g++] = (padded_group_t){from, rows, (double)rows * rt->cost[from]};
+      from += rows;
     }
   }
   double rest_t = least_target(rt, from, target - g, t);
@@ -348,7 +322,7 @@ static int level_runs(const pk_ctx_t *ctx, const uint32_t *order, const padded_r
   uint32_t rest = count_groups(rt, from, rest_t, target - g, grp + g);
   if (rest > target - g)
     return PK_EPRECOND;
-  return halve_groups(ctx, order, grp, g, g + rest, target);
+  return halve_groups(rt, grp, g, g + rest, target);
 }
 
 /* Even groups: exactly m x dp runs whose costs lie in [lo_t, hi_t] where
@@ -384,10 +358,7 @@ static inline void run_window(const padded_rows_t *rt, even_band_t *band, uint32
   double c = rt->cost[i];
   uint32_t cap_rows = rt->cap_rows[i];
   if (!band->known || band->cost != c || band->cap_rows != cap_rows) {
-    /* As run_rows: cap_rows is already within the cap and max_seqs. */
-    uint64_t most = cap_rows;
-    if (c > 0 && band->hi_t / c < (double)most)
-      most = PK_MAX((uint64_t)(band->hi_t / c), 1);
+    uint64_t most = run_rows(rt, i, band->hi_t);
     uint64_t fewest = 1;
     if (c > 0 && band->lo_t / c > 1) {
       double need = ceil(band->lo_t / c);
@@ -676,7 +647,7 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
     rc = PK_EPRECOND;
     goto done;
   }
-  rc = halved_runs(ctx, order, &rt, target, t, grp, &halvings);
+  rc = halved_runs(&rt, target, t, grp, &halvings);
   if (rc == 0)
     rc = finish_runs(s, order, grp, m, &best);
   if (rc != 0)
@@ -696,7 +667,7 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
     if (a == 0)
       rc = even_runs(&rt, target, t, grp);
     else if (a == 1)
-      rc = level_runs(ctx, order, &rt, m, s->dp, t, grp);
+      rc = level_runs(&rt, m, s->dp, t, grp);
     else {
       /* The cut search from the best runs so far. */
       memcpy(grp, best_grp, target * sizeof *grp);

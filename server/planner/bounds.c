@@ -7,6 +7,7 @@
  * the pipeline sorted them already). Costs are pk_slot_cost of the sizes,
  * so that order is also cost-descending and cost-per-token-descending
  * (cost / size = linear + quadratic * size grows with size). */
+#include <math.h>
 #include <stdlib.h>
 
 #include "pk_internal.h"
@@ -163,7 +164,6 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  *      sum_{j > 1} l_j): the k = 1 term below with U_1 lowered to h(c_1)
  *      (first_column_hold). It decides where one long sequence sets the
  *      first column's level and leaves its micro-batch's tokens unused.
- *
  *  (e) PADDED: the plan's total cost is at least the least padded total any
  *      grouping of the rows into m x dp micro-batches pays
  *      (pk_padded_least_total), and step >= total / dp.
@@ -337,9 +337,8 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
     if (k < m)
       lvl[k + 1] = first_out < n ? ctx->cost[by[first_out]] : 0;
   }
-  if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX) {
+  if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
     padded_hold(ctx, by, wide, cap_cost, m);
-  }
   if (cap != UINT64_MAX) {
     wide_hold(ctx, by, wide, cap_cost, m);
     cap_cost[1] = PK_MIN(cap_cost[1], first_column_hold(ctx, by, wide, lvl[1]));
@@ -449,7 +448,8 @@ typedef struct runs_dual {
 /* h(0) for lambda > 0; *runs gets the runs its selection takes. No run
  * opened at or after i0, the first i with vmax[i] <= lambda, is worth its
  * charge, so h is 0 from there and the recursion starts at i0. */
-static double runs_dual_value(runs_dual_t *d, double lambda, uint32_t *runs) {
+static double runs_dual_value(void *arg, double lambda, uint32_t *runs) {
+  runs_dual_t *d = arg;
   uint32_t i0 = pk_count_above(d->vmax, d->n, lambda);
   d->h[i0] = 0;
   d->runs[i0] = 0;
@@ -464,44 +464,41 @@ static double runs_dual_value(runs_dual_t *d, double lambda, uint32_t *runs) {
   return d->h[0];
 }
 
-/* The least U_k the runs allow: min over lambda >= 0 of B(lambda) = h(0) +
- * lambda x g, a convex piecewise linear function whose slope at lambda is g
- * minus the runs h takes. At lambda = 0 every item is taken: B = total,
- * and the greedy walk is a selection doing so, so g minus its runs is a
- * slope there. Cutting planes: the tangents at the two ends of the bracket
- * meet at the next lambda to try; the bracket keeps a lambda with slope < 0
- * and one with slope >= 0. Every lambda tried gives a valid bound and the
- * least is kept; the walk stops when the tangents' meeting point is within
- * 1e-4 of it (or after 16 tries). */
-static double runs_hold(runs_dual_t *d, double g) {
-  double top = d->vmax[0]; /* The costliest run. */
-  double lo = 0, b_lo = d->total, s_lo = g - d->greedy;
-  double hi = top, b_hi = top * g, s_hi = g; /* No run pays at top: h = 0. */
-  if (s_lo >= 0)
-    return b_lo; /* The greedy runs fit in g: every item is held. */
-  double best = PK_MIN(b_lo, b_hi);
-  for (int it = 0; it < 16 && hi - lo > top * 1e-12; it++) {
-    /* b_lo + s_lo (x - lo) = b_hi + s_hi (x - hi). */
-    double x = s_hi - s_lo > 0 ? (b_hi - b_lo + s_lo * lo - s_hi * hi) / (s_lo - s_hi) : lo;
-    if (!(x > lo && x < hi))
-      x = (lo + hi) / 2;
-    double floor_b = b_lo + s_lo * (x - lo);
-    if (best - floor_b <= best * 1e-4)
+double pk_dual_least(pk_dual_fn value, void *arg, double g, pk_dual_end_t lo, pk_dual_end_t hi) {
+  if (lo.slope >= 0)
+    return lo.b;
+  double best = PK_MIN(lo.b, hi.b), width = hi.lambda;
+  for (int it = 0; it < 16 && hi.lambda - lo.lambda > width * 1e-12; it++) {
+    /* lo.b + lo.slope (x - lo) = hi.b + hi.slope (x - hi). */
+    double x =
+        hi.slope - lo.slope > 0
+            ? (hi.b - lo.b + lo.slope * lo.lambda - hi.slope * hi.lambda) / (lo.slope - hi.slope)
+            : lo.lambda;
+    if (!(x > lo.lambda && x < hi.lambda))
+      x = (lo.lambda + hi.lambda) / 2;
+    double floor_b = lo.b + lo.slope * (x - lo.lambda);
+    if (best - floor_b <= fabs(best) * 1e-4)
       break;
     uint32_t r;
-    double v = runs_dual_value(d, x, &r) + x * g;
+    double v = value(arg, x, &r) + x * g;
     best = PK_MIN(best, v);
-    if ((double)r > g) {
-      lo = x;
-      b_lo = v;
-      s_lo = g - r;
-    } else {
-      hi = x;
-      b_hi = v;
-      s_hi = g - r;
-    }
+    pk_dual_end_t at = {x, v, g - r};
+    if ((double)r > g)
+      lo = at;
+    else
+      hi = at;
   }
   return best;
+}
+
+/* The least U_k the runs allow: min over lambda >= 0 of B(lambda) = h(0) +
+ * lambda x g (pk_dual_least). At lambda = 0 every item is taken: B = total,
+ * and the greedy walk is a selection doing so, so g minus its runs is a
+ * slope there; at the costliest run's cost no run pays: h = 0. */
+static double runs_hold(runs_dual_t *d, double g) {
+  double top = d->vmax[0];
+  return pk_dual_least(runs_dual_value, d, g, (pk_dual_end_t){0, d->total, g - d->greedy},
+                       (pk_dual_end_t){top, top * g, g});
 }
 
 static bool potential_higher(const void *arg, uint32_t x, uint32_t y) {

@@ -17,8 +17,8 @@
  * rows. Charging every run lambda >= 0, F(lambda) = the least sum of run
  * cost + lambda over cuts into any number of runs, and P(g) >= F(lambda) -
  * lambda x g for every lambda (weak duality), so any lambda gives a valid
- * bound; a bisection on lambda (the runs F's cut takes fall as lambda
- * grows) looks for the best one. Every plan with g micro-batches in all
+ * bound; pk_dual_least (cutting planes over lambda, as for the runs bound
+ * of bounds.c) looks for the best one. Every plan with g micro-batches in all
  * has a step cost of at least its total / dp >= P(g) / dp.
  *
  * F is the recursion f(n) = 0, f(i) = lambda + min over i < j <= i + R(w_i)
@@ -62,8 +62,10 @@ static uint32_t window_push(padding_dual_t *d, double c, uint32_t head, uint32_t
   return tail;
 }
 
-/* F(lambda) = f(0); *runs gets the runs of its cut. */
-static double padding_dual_value(padding_dual_t *d, double lambda, uint32_t *runs) {
+/* -F(lambda) (B = -F + lambda x g is the convex function pk_dual_least
+ * minimises); *runs gets the runs of F's cut. */
+static double padding_dual_value(void *arg, double lambda, uint32_t *runs) {
+  padding_dual_t *d = arg;
   uint32_t n = d->n;
   d->f[n] = 0;
   d->runs[n] = 0;
@@ -89,7 +91,7 @@ static double padding_dual_value(padding_dual_t *d, double lambda, uint32_t *run
     }
   }
   *runs = d->runs[0];
-  return d->f[0];
+  return -d->f[0];
 }
 
 double pk_padded_least_total(const pk_ctx_t *ctx, const uint32_t *by, uint64_t groups,
@@ -125,21 +127,12 @@ double pk_padded_least_total(const pk_ctx_t *ctx, const uint32_t *by, uint64_t g
   d.value = pk_malloc_array((size_t)n + 1, sizeof *d.value);
   if (d.f == NULL || d.runs == NULL || d.window == NULL || d.value == NULL)
     goto done;
-  /* lambda = 0 cuts every row alone (n runs, F = total); above the
-   * costliest run no cut with more runs than needed pays, so the bisection
-   * lies between. Any lambda gives a valid bound; on the bench batches
-   * the best one is found within 8 steps (to 1e-6 of the bound). */
-  double lo = 0;
-  for (int it = 0; it < 8; it++) {
-    double lambda = (lo + hi) / 2;
-    uint32_t runs;
-    double value = padding_dual_value(&d, lambda, &runs) - lambda * (double)groups;
-    best = value > best ? value : best;
-    if (runs > groups)
-      lo = lambda;
-    else
-      hi = lambda;
-  }
+  /* lambda = 0 cuts every row alone (n runs, F = total); at the costliest
+   * run's cost no cut with more runs than needed pays. */
+  uint32_t runs;
+  double b_hi = padding_dual_value(&d, hi, &runs) + hi * (double)groups;
+  pk_dual_end_t lo = {0, -total, (double)groups - n}, top = {hi, b_hi, (double)groups - runs};
+  best = -pk_dual_least(padding_dual_value, &d, (double)groups, lo, top);
   /* Rounding in the sums must not lift the bound above the truth. */
   best = best > total ? best * (1 - 1e-9) : total;
 done:

@@ -60,7 +60,8 @@ typedef struct lpt_group {
   uint32_t count;
 } lpt_group_t;
 
-static inline bool lpt_before(const lpt_group_t *g, uint32_t a, uint32_t b) {
+static bool lpt_before(const void *arg, uint32_t a, uint32_t b) {
+  const lpt_group_t *g = arg;
   if (g[a].sum != g[b].sum)
     return g[a].sum < g[b].sum;
   if (g[a].count != g[b].count)
@@ -68,25 +69,9 @@ static inline bool lpt_before(const lpt_group_t *g, uint32_t a, uint32_t b) {
   return a < b;
 }
 
-static void lpt_down(const lpt_group_t *g, uint32_t *heap, uint32_t n, uint32_t i) {
-  for (;;) {
-    uint32_t l = 2 * i + 1, best = i;
-    if (l < n && lpt_before(g, heap[l], heap[best]))
-      best = l;
-    if (l + 1 < n && lpt_before(g, heap[l + 1], heap[best]))
-      best = l + 1;
-    if (best == i)
-      return;
-    uint32_t t = heap[i];
-    heap[i] = heap[best];
-    heap[best] = t;
-    i = best;
-  }
-}
-
 static void lpt_heapify(const lpt_group_t *g, uint32_t *heap, uint32_t n) {
   for (uint32_t i = n / 2; i-- > 0;)
-    lpt_down(g, heap, n, i);
+    pk_heap_down(heap, n, i, lpt_before, g);
 }
 
 /* LPT: items by cost descending; each goes to the group with the smallest
@@ -133,7 +118,7 @@ static int dp_lpt(const pk_ctx_t *ctx, uint32_t dp, bool equal, uint32_t *rank) 
       heap[0] = heap[--nheap];
     }
     if (nheap > 0)
-      lpt_down(g, heap, nheap, 0);
+      pk_heap_down(heap, nheap, 0, lpt_before, g);
     if (equal && full && used == extra && g[r].count == lo + 1 && extra > 0) {
       /* The last larger share was just taken: every group that already holds
        * floor(n/dp) items is full now. */

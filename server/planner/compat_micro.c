@@ -315,42 +315,20 @@ static inline uint64_t bin_load(const pk_ctx_t *ctx, const pk_bin_t *b) {
 
 /* Least-loaded order: footprint, then item count, then bin number (the key
  * (sum, count, id) of MindSpeed-RL's heap). */
-static inline bool load_before(const pk_ctx_t *ctx, const pk_bin_t *bins, uint32_t a, uint32_t b) {
-  uint64_t la = bin_load(ctx, &bins[a]), lb = bin_load(ctx, &bins[b]);
+typedef struct load_order {
+  const pk_ctx_t *ctx;
+  const pk_bin_t *bins;
+} load_order_t;
+
+static bool load_before(const void *arg, uint32_t a, uint32_t b) {
+  const load_order_t *o = arg;
+  const pk_bin_t *bins = o->bins;
+  uint64_t la = bin_load(o->ctx, &bins[a]), lb = bin_load(o->ctx, &bins[b]);
   if (la != lb)
     return la < lb;
   if (bins[a].count != bins[b].count)
     return bins[a].count < bins[b].count;
   return a < b;
-}
-
-static void load_down(const pk_ctx_t *ctx, const pk_bin_t *bins, uint32_t *heap, uint32_t n,
-                      uint32_t i) {
-  for (;;) {
-    uint32_t l = 2 * i + 1, best = i;
-    if (l < n && load_before(ctx, bins, heap[l], heap[best]))
-      best = l;
-    if (l + 1 < n && load_before(ctx, bins, heap[l + 1], heap[best]))
-      best = l + 1;
-    if (best == i)
-      return;
-    uint32_t x = heap[i];
-    heap[i] = heap[best];
-    heap[best] = x;
-    i = best;
-  }
-}
-
-static void load_up(const pk_ctx_t *ctx, const pk_bin_t *bins, uint32_t *heap, uint32_t i) {
-  while (i > 0) {
-    uint32_t p = (i - 1) / 2;
-    if (!load_before(ctx, bins, heap[i], heap[p]))
-      return;
-    uint32_t x = heap[i];
-    heap[i] = heap[p];
-    heap[p] = x;
-    i = p;
-  }
 }
 
 /* Johnson and Garey's modified first fit decreasing, as NeMo-RL describes it.
@@ -449,22 +427,23 @@ static int mffd(const pk_ctx_t *ctx, const uint32_t *items, uint32_t m, const ui
     }
   }
   /* (5) */
+  load_order_t lo = {ctx, bins};
   uint32_t nh = 0;
   for (uint32_t b = 0; b < nb; b++)
     heap[nh++] = b;
   for (uint32_t i = nh / 2; i-- > 0;)
-    load_down(ctx, bins, heap, nh, i);
+    pk_heap_down(heap, nh, i, load_before, &lo);
   for (uint32_t t = uf_find(s.nxt, 0); t < m; t = uf_find(s.nxt, t)) {
     uint32_t k = items[ord[t]];
     if (nh > 0 && pk_bin_fits(ctx, &bins[heap[0]], k)) {
       uint32_t b = heap[0];
       take(&s, &bins[b], b, t, micro);
-      load_down(ctx, bins, heap, nh, 0);
+      pk_heap_down(heap, nh, 0, load_before, &lo);
     } else {
       uint32_t b = nb++;
       take(&s, &bins[b], b, t, micro);
       heap[nh] = b;
-      load_up(ctx, bins, heap, nh++);
+      pk_heap_up(heap, nh++, load_before, &lo);
     }
   }
   *nbins = nb;
@@ -584,6 +563,7 @@ static int lpt_cap_count(const pk_ctx_t *ctx, const uint32_t *items, uint32_t m,
     free(heap);
     return PK_ENOMEM;
   }
+  load_order_t lo = {ctx, bins};
   uint32_t nb = (uint32_t)k0, nh = nb;
   for (uint32_t b = 0; b < nb; b++)
     heap[b] = b;
@@ -592,13 +572,13 @@ static int lpt_cap_count(const pk_ctx_t *ctx, const uint32_t *items, uint32_t m,
     uint32_t b = heap[0];
     if (bins[b].count == 0 || pk_bin_fits(ctx, &bins[b], k)) {
       pk_bin_add(ctx, &bins[b], k);
-      load_down(ctx, bins, heap, nh, 0);
+      pk_heap_down(heap, nh, 0, load_before, &lo);
     } else {
       /* Close b: it leaves the heap; a new group takes the item. */
       uint32_t nbin = nb++;
       pk_bin_add(ctx, &bins[nbin], k);
       heap[0] = nbin;
-      load_down(ctx, bins, heap, nh, 0);
+      pk_heap_down(heap, nh, 0, load_before, &lo);
     }
   }
   *count = nb;

@@ -183,6 +183,19 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx);
  * the costlier sharpenings stop once the bound is within 0.5 % of it (the
  * tolerance the planner is judged by). */
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step);
+/* The least value of a convex piecewise-linear function B(lambda) =
+ * value(arg, lambda, &runs) + lambda x g on [lo, hi] whose slope at lambda
+ * is g - runs (a Lagrangian dual over runs; bounds.c, bounds_padding.c),
+ * by cutting planes: the tangents at the ends of the bracket meet at the
+ * next lambda to try; the bracket keeps a slope < 0 and one >= 0. Every
+ * lambda tried is valid and the least B is returned; the search stops once
+ * the tangents' meeting point is within 1e-4 of it, or after 16 tries. lo
+ * and hi give B and its slope at the ends; lo.slope >= 0 returns lo.b. */
+typedef double (*pk_dual_fn)(void *arg, double lambda, uint32_t *runs);
+typedef struct pk_dual_end {
+  double lambda, b, slope;
+} pk_dual_end_t;
+double pk_dual_least(pk_dual_fn value, void *arg, double g, pk_dual_end_t lo, pk_dual_end_t hi);
 /* PADDED: a lower bound on the padded cost (sum of rows x c(widest row))
  * that any grouping of the rows into at most `groups` micro-batches pays
  * in all; `total` (the rows' own costs) where no padding is forced or out
@@ -215,6 +228,12 @@ void pk_sort_by_cost_desc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n);
 typedef bool (*pk_before_fn)(const void *arg, uint32_t x, uint32_t y);
 void pk_merge_sort_u32(uint32_t *a, uint32_t *tmp, uint32_t n, pk_before_fn before,
                        const void *arg);
+/* A binary heap of values heap[0 .. size), heap[0] the first under
+ * before(arg, x, y): pk_heap_down restores it below position i (after
+ * heap[i] changed or was replaced), pk_heap_up above position i (after a
+ * value was put there). */
+void pk_heap_down(uint32_t *heap, uint32_t size, uint32_t i, pk_before_fn before, const void *arg);
+void pk_heap_up(uint32_t *heap, uint32_t i, pk_before_fn before, const void *arg);
 
 /* A deterministic pseudo-random generator (splitmix64) for shuffles. */
 typedef struct pk_rng {

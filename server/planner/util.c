@@ -204,6 +204,34 @@ void pk_sort_by_cost_desc(const pk_ctx_t *ctx, uint32_t *items, uint32_t n) {
   free(present);
 }
 
+void pk_heap_down(uint32_t *heap, uint32_t size, uint32_t i, pk_before_fn before, const void *arg) {
+  for (;;) {
+    uint32_t l = 2 * i + 1, top = i;
+    if (l < size && before(arg, heap[l], heap[top]))
+      top = l;
+    if (l + 1 < size && before(arg, heap[l + 1], heap[top]))
+      top = l + 1;
+    if (top == i)
+      return;
+    uint32_t x = heap[i];
+    heap[i] = heap[top];
+    heap[top] = x;
+    i = top;
+  }
+}
+
+void pk_heap_up(uint32_t *heap, uint32_t i, pk_before_fn before, const void *arg) {
+  while (i > 0) {
+    uint32_t p = (i - 1) / 2;
+    if (!before(arg, heap[i], heap[p]))
+      return;
+    uint32_t x = heap[i];
+    heap[i] = heap[p];
+    heap[p] = x;
+    i = p;
+  }
+}
+
 void pk_merge_sort_u32(uint32_t *a, uint32_t *tmp, uint32_t n, pk_before_fn before,
                        const void *arg) {
   for (uint32_t w = 1; w < n; w *= 2) {
