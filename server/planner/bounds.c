@@ -12,6 +12,12 @@
 
 #include "pk_internal.h"
 
+/* The work the stair bound (f) may do per call, in elementary steps of its
+ * recursion (a few nanoseconds each): the first three levels at n = 512,
+ * dp 8; the first level only from n = 4096 (where it is a walk over the
+ * runs, not the recursion). */
+#define PK_STAIR_BUDGET (1u << 18)
+
 /* Fills order with the items sorted by size descending (ties by item
  * number), reusing ctx->by_size when present. Returns the array to read
  * (order or ctx->by_size), or NULL when out of memory. */
@@ -167,6 +173,12 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  *  (e) PADDED: the plan's total cost is at least the least padded total any
  *      grouping of the rows into m x dp micro-batches pays
  *      (pk_padded_least_total), and step >= total / dp.
+ *  (f) PADDED: L_j >= y_j, the least cost the ((j - 1) dp + 1)-th costliest
+ *      of m x dp micro-batches can have (pk_padded_stair), so (a)'s l_j
+ *      rise to y_j (with U_1 for any column, as (d) holds only for the
+ *      column of the costliest item). Levels are computed while a work
+ *      budget lasts (PK_STAIR_BUDGET). (e) and (f) run only while the bound is more
+ *      than 0.5 % below the plan at hand (known_step).
  *
  * So step >= sum_{j <= k} l_j + max((C - U_k) / dp, sum_{j > k} l_j) for
  * every k in 0..m; the bound is the largest. k = 0 is the plain bound
@@ -282,6 +294,47 @@ static double first_column_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_
   return c1 + PK_MIN(wide_walk_to(ctx, by, &w, others), (double)others * c1);
 }
 
+/* max over k in 0..m of sum_{j <= k} lvl[j] + max((total - cap_cost[k]) /
+ * dp, sum_{j > k} lvl[j]), lvl[1 .. m] lower bounds on the sorted column
+ * levels and cap_cost[k] on what any k columns hold. */
+static double levels_bound(const double *lvl, const double *cap_cost, uint32_t m, double total,
+                           double dp) {
+  /* suffix = sum of l_j for j > k. */
+  double best = 0, prefix = 0, suffix = 0;
+  for (uint32_t j = 1; j <= m; j++)
+    suffix += lvl[j];
+  for (uint32_t k = 0; k <= m; k++) {
+    if (k > 0) {
+      prefix += lvl[k];
+      suffix -= lvl[k];
+    }
+    double rest = (total - cap_cost[k]) / dp;
+    best = PK_MAX(best, prefix + PK_MAX(rest, PK_MAX(suffix, 0.0)));
+  }
+  return best;
+}
+
+/* (f) The bound of levels_bound with l_j raised to the stair's y_j
+ * (pk_padded_stair) for the levels its work budget reaches; cap_cost[1]
+ * must hold for any column. 0 where nothing was computed. */
+static double padded_stair_bound(const pk_ctx_t *ctx, const uint32_t *by, const double *lvl,
+                                 const double *cap_cost, uint32_t m, double total) {
+  double *y = pk_malloc_array(m, sizeof *y);
+  double *raised = pk_malloc_array((size_t)m + 1, sizeof *raised);
+  double best = 0;
+  uint32_t got =
+      y != NULL && raised != NULL ? pk_padded_stair(ctx, by, m, lvl + 1, y, PK_STAIR_BUDGET) : 0;
+  if (got > 0) {
+    for (uint32_t j = 1; j <= m; j++)
+      raised[j] = j <= got ? PK_MAX(lvl[j], y[j - 1]) : lvl[j];
+    /* Rounding in the sums must not lift the bound above the truth. */
+    best = levels_bound(raised, cap_cost, m, total, ctx->cfg->dp) * (1 - 1e-12);
+  }
+  free(y);
+  free(raised);
+  return best;
+}
+
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
@@ -339,29 +392,25 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   }
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
     padded_hold(ctx, by, wide, cap_cost, m);
-  if (cap != UINT64_MAX) {
+  if (cap != UINT64_MAX)
     wide_hold(ctx, by, wide, cap_cost, m);
+  /* U_1 for any column; (d) lowers it for the column of the costliest
+   * item only. */
+  double any_column_hold = cap_cost[1];
+  if (cap != UINT64_MAX)
     cap_cost[1] = PK_MIN(cap_cost[1], first_column_hold(ctx, by, wide, lvl[1]));
-  }
-  /* suffix[k] = sum of l_j for j > k. */
-  double best = plain, prefix = 0, suffix = 0;
-  for (uint32_t j = 1; j <= m; j++)
-    suffix += lvl[j];
-  for (uint32_t k = 0; k <= m; k++) {
-    if (k > 0) {
-      prefix += lvl[k];
-      suffix -= lvl[k];
-    }
-    double rest = (total - cap_cost[k]) / dp;
-    double b = prefix + PK_MAX(rest, PK_MAX(suffix, 0.0));
-    best = PK_MAX(best, b);
-  }
+  double best = PK_MAX(plain, levels_bound(lvl, cap_cost, m, total, dp));
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
     best = padded_runs_sharpen(ctx, by, lvl, cap_cost, m, total, best, known_step);
   if (cfg->mode == PK_MODE_PADDED && best * 1.005 < known_step) {
     /* (e) Every plan pays the padding its micro-batch count forces. */
     double padded = pk_padded_least_total(ctx, by, (uint64_t)m * cfg->dp, total);
     best = PK_MAX(best, padded / dp);
+  }
+  if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX && best * 1.005 < known_step) {
+    /* (f) The stair: lvl[j] raised to y_j where the budget reaches. */
+    cap_cost[1] = any_column_hold;
+    best = PK_MAX(best, padded_stair_bound(ctx, by, lvl, cap_cost, m, total));
   }
   free(owned);
   free(lvl);

@@ -202,6 +202,14 @@ double pk_dual_least(pk_dual_fn value, void *arg, double g, pk_dual_end_t lo, pk
  * of memory. by: the items in size-descending order (bounds_padding.c). */
 double pk_padded_least_total(const pk_ctx_t *ctx, const uint32_t *by, uint64_t groups,
                              double total);
+/* PADDED: lower bounds on the sorted column levels of every plan with m
+ * micro-batches per rank, from the least cost of the (j - 1) dp + 1-th
+ * costliest micro-batch (bounds_stair.c). Writes level[0 .. j) for the
+ * first j levels `budget` (a count of elementary steps) pays for and
+ * returns j (0 when out of memory or when no plan has m per rank). by: the
+ * items in size-descending order. */
+uint32_t pk_padded_stair(const pk_ctx_t *ctx, const uint32_t *by, uint32_t m, const double *known,
+                         double *level, uint64_t budget);
 
 /* Small utilities (util.c). */
 uint64_t pk_round_up(uint64_t x, uint64_t m);

@@ -83,8 +83,9 @@ static void check_random(uint32_t mode) {
     uint32_t dp = 1 + fx_below(&seed, 2);
     uint32_t lens[8];
     uint64_t cap = 8 + fx_below(&seed, 24);
+    /* Zero-length rows occur in real batches; one in six here. */
     for (uint32_t i = 0; i < n; i++)
-      lens[i] = 1 + fx_below(&seed, (uint32_t)cap);
+      lens[i] = fx_below(&seed, 6) == 0 ? 0 : 1 + fx_below(&seed, (uint32_t)cap);
     fx_t f;
     fx_init(&f, lens, n, dp, mode, cap);
     if (fx_below(&seed, 3) == 0)
@@ -120,19 +121,27 @@ static void test_bounds_padded(void **state) {
 }
 
 /* The step bound of lens on 2 ranks x m micro-batches (cost lin x a +
- * quad x a^2) is `bound`, and the exhaustive optimum is `optimum`. */
-static void assert_bound(const uint32_t *lens, uint32_t n, uint32_t mode, uint64_t cap, double lin,
-                         double quad, uint32_t m, double bound, double optimum) {
+ * quad x a^2) is `bound` when a plan of step cost `known` is at hand (the
+ * costlier parts of the bound run only while it is more than 0.5 % below
+ * that), and the exhaustive optimum is `optimum`. */
+static void assert_bound_known(const uint32_t *lens, uint32_t n, uint32_t mode, uint64_t cap,
+                               double lin, double quad, uint32_t m, double known, double bound,
+                               double optimum) {
   fx_t f;
   fx_init(&f, lens, n, 2, mode, cap);
   f.cfg.lin = lin;
   f.cfg.quad = quad;
   fx_build(&f);
-  double got = pk_step_lower_bound(&f.ctx, m, INFINITY);
+  double got = pk_step_lower_bound(&f.ctx, m, known);
   if (fabs(got - bound) > 1e-6)
     fail_msg("step bound %.6f, expected %.6f", got, bound);
   assert_true(fabs(brute_force(&f, m) - optimum) < 1e-6);
   fx_free(&f);
+}
+
+static void assert_bound(const uint32_t *lens, uint32_t n, uint32_t mode, uint64_t cap, double lin,
+                         double quad, uint32_t m, double bound, double optimum) {
+  assert_bound_known(lens, n, mode, cap, lin, quad, m, INFINITY, bound, optimum);
 }
 
 /* The step bound sees the cap: one item of the cap's size and six small
@@ -155,11 +164,16 @@ static void test_step_bound_cap(void **state) {
  * (201 - 150) / 2. The bound is 90 + 25.5 = 115.5; the optimum puts the
  * singles together (level 90) and splits the small rows 3 + 3 (level 30):
  * 120. Counting the singles' tokens as if small rows could share their
- * micro-batches (the token bound alone) gives only max(201 / 2, 90 + 10). */
+ * micro-batches (the token bound alone) gives only max(201 / 2, 90 + 10).
+ * With a plan of 116 at hand that is the bound; with none, the stair (f)
+ * finds the optimum: four micro-batches cost at least 90 (the widest row)
+ * and, with at most two above x, the other two hold 60 of rows 10 wide
+ * only for x >= 30. */
 static void test_step_bound_padded_singles(void **state) {
   (void)state;
   uint32_t lens[] = {90, 51, 10, 10, 10, 10, 10, 10};
-  assert_bound(lens, 8, PK_MODE_PADDED, 100, 1, 0, 2, 115.5, 120);
+  assert_bound_known(lens, 8, PK_MODE_PADDED, 100, 1, 0, 2, 116, 115.5, 120);
+  assert_bound(lens, 8, PK_MODE_PADDED, 100, 1, 0, 2, 120, 120);
 }
 
 /* PADDED: what k columns hold, through runs. Rows 97, 37, 37, 28, 28 and 24
@@ -181,11 +195,25 @@ static void test_step_bound_padded_runs(void **state) {
  * micro-batches of at most 100 padded tokens hold the four rows only as
  * [50, 40] and [40, 30] (every other pair of groups breaks the cap), so
  * every plan pays 100 + 80 = 180 in all and the step is at least 90 (the
- * optimum is 100). The rows' own costs (160) give only 80. */
+ * padding bound (e), with a plan of 90.3 at hand). The rows' own costs
+ * (160) give only 80. With no plan at hand the stair (f) finds the
+ * optimum: the costlier of those two micro-batches costs 100. */
 static void test_step_bound_padded_forced(void **state) {
   (void)state;
   uint32_t lens[] = {40, 30, 50, 40};
-  assert_bound(lens, 4, PK_MODE_PADDED, 100, 1, 0, 1, 90, 100);
+  assert_bound_known(lens, 4, PK_MODE_PADDED, 100, 1, 0, 1, 90.3, 90, 100);
+  assert_bound(lens, 4, PK_MODE_PADDED, 100, 1, 0, 1, 100, 100);
+}
+
+/* PADDED, the stair (f) with zero-length rows: rows 3, 3, 0, 0 on 2 ranks x
+ * 2 micro-batches, cap 6. The second column can hold the two empty rows
+ * and cost nothing, so its level's bound is 0, not the least positive run
+ * cost (3; the bound was 6 against an optimum of 3 before the search for a
+ * level checked 0 itself). */
+static void test_step_bound_padded_stair_zero(void **state) {
+  (void)state;
+  uint32_t lens[] = {3, 0, 3, 0};
+  assert_bound(lens, 4, PK_MODE_PADDED, 6, 1, 0, 2, 3, 3);
 }
 
 /* PADDED with wide, middle and narrow rows mixed (the runs bound is what
@@ -273,6 +301,7 @@ int main(void) {
       cmocka_unit_test(test_step_bound_padded_singles),
       cmocka_unit_test(test_step_bound_padded_runs),
       cmocka_unit_test(test_step_bound_padded_forced),
+      cmocka_unit_test(test_step_bound_padded_stair_zero),
       cmocka_unit_test(test_bounds_padded_mixed),
       cmocka_unit_test(test_step_bound_first_column),
       cmocka_unit_test(test_step_bound_wide_items),
