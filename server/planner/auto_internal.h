@@ -133,6 +133,10 @@ int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t 
 int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
                               uint32_t *m_out);
 int pk_auto_refine_padded(auto_state_t *s);
+/* PADDED: moves rows from each column's costliest micro-batch into
+ * micro-batches of other columns that stay within their own column's level
+ * (auto_padded_lower.c). Never raises the step cost. */
+int pk_auto_lower_padded(auto_state_t *s);
 /* The PADDED packings without equal_count (runs of like width, halved, in
  * an even band or in column levels, then the cut search from the best),
  * each refined; keeps the lowest step cost. PK_EPRECOND
