@@ -15,31 +15,60 @@
  * one that lowers X more, among those some receiver takes. The receiver is
  * the one left with the most room below its level. A move never raises the
  * step cost and lowers X's cost; the pass is bounded by a work budget. */
+#include <math.h>
 #include <stdlib.h>
 
 #include "auto_internal.h"
 
-/* Most reads of one pass: a move or a failed try reads every column's
- * room, and the micro-batches of the columns with room for the row. */
+/* Most reads of one pass: a try reads the micro-batches of the columns
+ * with room for the row (found through a tree over the columns' room). */
 #define LOWER_BUDGET 4000000u
+
+typedef struct lower {
+  auto_state_t *s;
+  double *real;     /* Cost of each micro-batch. */
+  double *level;    /* Per column: its costliest micro-batch, */
+  double *least;    /* and its cheapest. */
+  double unit;      /* Cost per unit of room in the tree. */
+  room_tree_t room; /* Per column: level - least, in units, rounded up. */
+  uint64_t work;
+} lower_t;
 
 static double bin_cost(const pk_cfg_t *cfg, const pk_bin_t *b) {
   return (double)b->count * pk_slot_cost(cfg, b->width);
 }
 
+/* Column c's level and least cost from its micro-batches, and its room. */
+static void column_update(lower_t *lw, uint32_t c) {
+  uint32_t dp = lw->s->dp;
+  const double *v = &lw->real[(size_t)c * dp];
+  double hi = v[0], lo = v[0];
+  for (uint32_t q = 1; q < dp; q++) {
+    hi = PK_MAX(hi, v[q]);
+    lo = PK_MIN(lo, v[q]);
+  }
+  lw->level[c] = hi;
+  lw->least[c] = lo;
+  pk_tree_set(&lw->room, c, (uint64_t)ceil((hi - lo) / lw->unit));
+  lw->work += dp;
+}
+
 /* The micro-batch outside column c that takes a row of width w and keeps
  * the most room below its column's level afterwards; *after gets its cost
- * then, *work the reads. UINT32_MAX when none does. */
-static uint32_t best_receiver(const auto_state_t *s, const double *level, const double *least,
-                              uint32_t c, uint64_t w, double *after, uint64_t *work) {
+ * then. UINT32_MAX when none does. A row adds at least its own cost to any
+ * micro-batch, so only columns with that much room are read. */
+static uint32_t best_receiver(lower_t *lw, uint32_t c, uint64_t w, double *after) {
+  const auto_state_t *s = lw->s;
   const pk_cfg_t *cfg = s->ctx->cfg;
   uint32_t dp = s->dp, best = UINT32_MAX;
   double room = -1, row = pk_slot_cost(cfg, w);
-  for (uint32_t col = 0; col < s->m; col++) {
-    /* A row adds at least its own cost to any micro-batch. */
-    if (col == c || level[col] - least[col] < row)
+  uint64_t need = (uint64_t)floor(row / lw->unit);
+  /* Leaves past the m columns hold room 0. */
+  for (uint32_t col = pk_tree_find(&lw->room, 0, need); col < s->m;
+       col = pk_tree_find(&lw->room, col + 1, need)) {
+    if (col == c || lw->level[col] - lw->least[col] < row)
       continue;
-    *work += dp;
+    lw->work += dp;
     for (uint32_t q = 0; q < dp; q++) {
       uint32_t y = col * dp + q;
       const pk_bin_t *b = &s->bins[y];
@@ -47,9 +76,9 @@ static uint32_t best_receiver(const auto_state_t *s, const double *level, const 
       if (b->count + 1 > cfg->max_seqs || (uint64_t)(b->count + 1) * wy > cfg->cap)
         continue;
       double cy = (double)(b->count + 1) * pk_slot_cost(cfg, wy);
-      if (cy > level[col] || level[col] - cy <= room)
+      if (cy > lw->level[col] || lw->level[col] - cy <= room)
         continue;
-      room = level[col] - cy;
+      room = lw->level[col] - cy;
       best = y;
       *after = cy;
     }
@@ -57,95 +86,94 @@ static uint32_t best_receiver(const auto_state_t *s, const double *level, const 
   return best;
 }
 
-/* The costliest and the cheapest micro-batch cost of column c. */
-static void column_range(const double *real, uint32_t c, uint32_t dp, double *level,
-                         double *least) {
-  *level = real[(size_t)c * dp];
-  *least = *level;
-  for (uint32_t q = 1; q < dp; q++) {
-    double v = real[(size_t)c * dp + q];
-    *level = PK_MAX(*level, v);
-    *least = PK_MIN(*least, v);
+/* Moves rows out of column c's costliest micro-batch while one goes. */
+static void lower_column(lower_t *lw, uint32_t *head, uint32_t *next, uint32_t c) {
+  auto_state_t *s = lw->s;
+  const pk_ctx_t *ctx = s->ctx;
+  uint32_t dp = s->dp;
+  while (lw->work < LOWER_BUDGET) {
+    lw->work += dp;
+    /* X: the costliest micro-batch of the column. */
+    uint32_t x = c * dp;
+    for (uint32_t q = 1; q < dp; q++)
+      if (lw->real[c * dp + q] > lw->real[x])
+        x = c * dp + q;
+    const pk_bin_t *bx = &s->bins[x];
+    if (bx->count < 2 || lw->real[x] <= 0)
+      return;
+    uint32_t narrow = UINT32_MAX, wide = UINT32_MAX;
+    for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k]) {
+      if (narrow == UINT32_MAX || ctx->size[k] < ctx->size[narrow])
+        narrow = k;
+      if (wide == UINT32_MAX || ctx->size[k] > ctx->size[wide])
+        wide = k;
+    }
+    uint64_t second = 0;
+    for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k])
+      if (k != wide)
+        second = PK_MAX(second, ctx->size[k]);
+    /* The widest row first: it lowers X the most where X narrows. */
+    uint32_t cand[2] = {wide, narrow};
+    uint32_t mover = UINT32_MAX, to = UINT32_MAX;
+    double to_cost = 0;
+    for (int a = 0; a < 2 && mover == UINT32_MAX; a++) {
+      uint32_t k = cand[a];
+      if (a == 0 && second == bx->width)
+        continue; /* X keeps its width: the narrowest does as well. */
+      double after;
+      uint32_t y = best_receiver(lw, c, ctx->size[k], &after);
+      if (y != UINT32_MAX) {
+        mover = k;
+        to = y;
+        to_cost = after;
+      }
+    }
+    if (mover == UINT32_MAX)
+      return;
+    pk_auto_move_item(s, head, next, mover, to);
+    lw->real[x] = bin_cost(ctx->cfg, &s->bins[x]);
+    lw->real[to] = to_cost;
+    column_update(lw, c);
+    column_update(lw, to / dp);
   }
 }
 
 int pk_auto_lower_padded(auto_state_t *s) {
   const pk_ctx_t *ctx = s->ctx;
-  const pk_cfg_t *cfg = ctx->cfg;
   uint32_t dp = s->dp, m = s->m, n = ctx->n, nbins = m * dp;
   if (m < 2)
     return 0;
+  lower_t lw = {.s = s};
   uint32_t *head = pk_malloc_array(nbins, sizeof *head);
   uint32_t *next = pk_malloc_array(n, sizeof *next);
-  double *real = pk_malloc_array(nbins, sizeof *real);
-  double *level = pk_malloc_array(m, sizeof *level);
-  double *least = pk_malloc_array(m, sizeof *least);
-  if (head == NULL || next == NULL || real == NULL || level == NULL || least == NULL) {
-    free(head);
-    free(next);
-    free(real);
-    free(level);
-    free(least);
-    return PK_ENOMEM;
-  }
+  lw.real = pk_malloc_array(nbins, sizeof *lw.real);
+  lw.level = pk_malloc_array(m, sizeof *lw.level);
+  lw.least = pk_malloc_array(m, sizeof *lw.least);
+  int rc = PK_ENOMEM;
+  if (head == NULL || next == NULL || lw.real == NULL || lw.level == NULL || lw.least == NULL ||
+      pk_tree_init(&lw.room, m) != 0)
+    goto done;
+  rc = 0;
   pk_auto_bin_lists(s, head, next);
-  for (uint32_t i = 0; i < nbins; i++)
-    real[i] = bin_cost(cfg, &s->bins[i]);
-  for (uint32_t c = 0; c < m; c++)
-    column_range(real, c, dp, &level[c], &least[c]);
-  uint64_t work = 0;
-  for (uint32_t c = 0; c < m && work < LOWER_BUDGET; c++) {
-    while (work < LOWER_BUDGET) {
-      work += m + dp;
-      /* X: the costliest micro-batch of the column. */
-      uint32_t x = c * dp;
-      for (uint32_t q = 1; q < dp; q++)
-        if (real[c * dp + q] > real[x])
-          x = c * dp + q;
-      const pk_bin_t *bx = &s->bins[x];
-      if (bx->count < 2 || real[x] <= 0)
-        break;
-      uint32_t narrow = UINT32_MAX, wide = UINT32_MAX;
-      for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k]) {
-        if (narrow == UINT32_MAX || ctx->size[k] < ctx->size[narrow])
-          narrow = k;
-        if (wide == UINT32_MAX || ctx->size[k] > ctx->size[wide])
-          wide = k;
-      }
-      uint64_t second = 0;
-      for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k])
-        if (k != wide)
-          second = PK_MAX(second, ctx->size[k]);
-      /* The widest row first: it lowers X the most where X narrows. */
-      uint32_t cand[2] = {wide, narrow};
-      uint32_t mover = UINT32_MAX, to = UINT32_MAX;
-      double to_cost = 0;
-      for (int a = 0; a < 2 && mover == UINT32_MAX; a++) {
-        uint32_t k = cand[a];
-        if (a == 0 && second == bx->width)
-          continue; /* X keeps its width: the narrowest does as well. */
-        double after;
-        uint32_t y = best_receiver(s, level, least, c, ctx->size[k], &after, &work);
-        if (y != UINT32_MAX) {
-          mover = k;
-          to = y;
-          to_cost = after;
-        }
-      }
-      if (mover == UINT32_MAX)
-        break;
-      pk_auto_move_item(s, head, next, mover, to);
-      real[x] = bin_cost(cfg, &s->bins[x]);
-      real[to] = to_cost;
-      column_range(real, c, dp, &level[c], &least[c]);
-      column_range(real, to / dp, dp, &level[to / dp], &least[to / dp]);
-      work += 2 * dp;
-    }
+  double top = 0;
+  for (uint32_t i = 0; i < nbins; i++) {
+    lw.real[i] = bin_cost(ctx->cfg, &s->bins[i]);
+    top = PK_MAX(top, lw.real[i]);
   }
+  if (top <= 0)
+    goto done; /* Nothing costs anything. */
+  /* Rooms up to the costliest micro-batch fit in 2^40 units. */
+  lw.unit = top / (double)(1ull << 40);
+  for (uint32_t c = 0; c < m; c++)
+    column_update(&lw, c);
+  for (uint32_t c = 0; c < m && lw.work < LOWER_BUDGET; c++)
+    lower_column(&lw, head, next, c);
+done:
   free(head);
   free(next);
-  free(real);
-  free(level);
-  free(least);
-  return 0;
+  free(lw.real);
+  free(lw.level);
+  free(lw.least);
+  free(lw.room.t);
+  return rc;
 }
