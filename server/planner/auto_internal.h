@@ -133,6 +133,14 @@ int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t 
 int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
                               uint32_t *m_out);
 int pk_auto_refine_padded(auto_state_t *s);
+/* A PADDED micro-batch's narrowest and widest rows (items) and its width
+ * without its widest row (lists head/next, pk_auto_bin_lists). */
+typedef struct padded_rows_of {
+  uint32_t narrow, wide;
+  uint64_t second;
+} padded_rows_of_t;
+padded_rows_of_t pk_padded_rows_of(const pk_ctx_t *ctx, const uint32_t *head, const uint32_t *next,
+                                   uint32_t bin);
 /* PADDED: moves rows from each column's costliest micro-batch into
  * micro-batches of other columns that stay within their own column's level
  * (auto_padded_lower.c). Never raises the step cost. */

@@ -474,6 +474,21 @@ done:
  * cheapest micro-batches of the column when that lowers the column's
  * maximum and the receiver stays within the cap and max_seqs. Only without
  * equal_count (moves change counts). Bounded work per column. */
+padded_rows_of_t pk_padded_rows_of(const pk_ctx_t *ctx, const uint32_t *head, const uint32_t *next,
+                                   uint32_t bin) {
+  padded_rows_of_t r = {UINT32_MAX, UINT32_MAX, 0};
+  for (uint32_t k = head[bin]; k != UINT32_MAX; k = next[k]) {
+    if (r.narrow == UINT32_MAX || ctx->size[k] < ctx->size[r.narrow])
+      r.narrow = k;
+    if (r.wide == UINT32_MAX || ctx->size[k] > ctx->size[r.wide])
+      r.wide = k;
+  }
+  for (uint32_t k = head[bin]; k != UINT32_MAX; k = next[k])
+    if (k != r.wide)
+      r.second = PK_MAX(r.second, ctx->size[k]);
+  return r;
+}
+
 static double padded_cost(const pk_cfg_t *cfg, uint32_t count, uint64_t width) {
   return (double)count * pk_slot_cost(cfg, width);
 }
@@ -514,19 +529,9 @@ int pk_auto_refine_padded(auto_state_t *s) {
       const pk_bin_t *bx = &s->bins[x];
       if (bx->count < 2)
         break;
-      /* The narrowest and the widest rows of x, and x's width without its
-       * widest row. */
-      uint32_t narrow = UINT32_MAX, wide = UINT32_MAX;
-      uint64_t second = 0;
-      for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k]) {
-        if (narrow == UINT32_MAX || ctx->size[k] < ctx->size[narrow])
-          narrow = k;
-        if (wide == UINT32_MAX || ctx->size[k] > ctx->size[wide])
-          wide = k;
-      }
-      for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k])
-        if (k != wide)
-          second = PK_MAX(second, ctx->size[k]);
+      padded_rows_of_t rows = pk_padded_rows_of(ctx, head, next, x);
+      uint32_t narrow = rows.narrow, wide = rows.wide;
+      uint64_t second = rows.second;
       double best = real[x];
       uint32_t bk = UINT32_MAX, by = UINT32_MAX;
       uint32_t cand[2] = {narrow, wide};

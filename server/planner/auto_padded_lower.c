@@ -101,24 +101,14 @@ static void lower_column(lower_t *lw, uint32_t *head, uint32_t *next, uint32_t c
     const pk_bin_t *bx = &s->bins[x];
     if (bx->count < 2 || lw->real[x] <= 0)
       return;
-    uint32_t narrow = UINT32_MAX, wide = UINT32_MAX;
-    for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k]) {
-      if (narrow == UINT32_MAX || ctx->size[k] < ctx->size[narrow])
-        narrow = k;
-      if (wide == UINT32_MAX || ctx->size[k] > ctx->size[wide])
-        wide = k;
-    }
-    uint64_t second = 0;
-    for (uint32_t k = head[x]; k != UINT32_MAX; k = next[k])
-      if (k != wide)
-        second = PK_MAX(second, ctx->size[k]);
+    padded_rows_of_t rows = pk_padded_rows_of(ctx, head, next, x);
     /* The widest row first: it lowers X the most where X narrows. */
-    uint32_t cand[2] = {wide, narrow};
+    uint32_t cand[2] = {rows.wide, rows.narrow};
     uint32_t mover = UINT32_MAX, to = UINT32_MAX;
     double to_cost = 0;
     for (int a = 0; a < 2 && mover == UINT32_MAX; a++) {
       uint32_t k = cand[a];
-      if (a == 0 && second == bx->width)
+      if (a == 0 && rows.second == bx->width)
         continue; /* X keeps its width: the narrowest does as well. */
       double after;
       uint32_t y = best_receiver(lw, c, ctx->size[k], &after);
