@@ -48,9 +48,9 @@
  *     and 32 per tier, the cut search (pk_auto_search_runs, auto_runs.c)
  *     moves the cuts between the best runs; the lowest step is kept.
  *   - pk_auto_lower_padded (auto_padded_lower.c): rows leave each column's
-     costliest micro-batch for micro-batches of other columns that stay
-     within their own level (not with equal_count).
-   - with equal_count, pk_auto_pack_padded_tiers: whole tiers per column.
+ *     costliest micro-batch for micro-batches of other columns that stay
+ *     within their own level (not with equal_count).
+ *   - with equal_count, pk_auto_pack_padded_tiers: whole tiers per column.
  *  Finally deal_columns gives each column's micro-batches to ranks,
  *  costliest to the rank with the least total so far (DP balance for free:
  *  any permutation inside a column leaves the step cost unchanged).
@@ -416,7 +416,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
     else if (rc != 0)
       pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
     if (rc == 0) {
-      s.m = m;
+      /* The packing (deal_groups) left s.m at m. */
       rc = pk_auto_lower_padded(&s);
       if (rc != 0)
         pk_fail(err, errlen, rc, "%u sequences: out of memory", n);

@@ -13,9 +13,10 @@
 #include "pk_internal.h"
 
 /* The work the stair bound (f) may do per call, in elementary steps of its
- * recursion (a few nanoseconds each): the first three levels at n = 512,
- * dp 8; the first level only from n = 4096 (where it is a walk over the
- * runs, not the recursion). */
+ * recursion (a few nanoseconds each; a level is budgeted 16 n (k + 1) of
+ * them, k its count of big runs): the first three levels at n = 512, dp 8;
+ * the first level only at n = 4096 (a walk over the runs); none from n =
+ * 16384. */
 #define PK_STAIR_BUDGET (1u << 18)
 
 /* Fills order with the items sorted by size descending (ties by item
@@ -177,8 +178,8 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  *      of m x dp micro-batches can have (pk_padded_stair), so (a)'s l_j
  *      rise to y_j (with U_1 for any column, as (d) holds only for the
  *      column of the costliest item). Levels are computed while a work
- *      budget lasts (PK_STAIR_BUDGET). (e) and (f) run only while the bound is more
- *      than 0.5 % below the plan at hand (known_step).
+ *      budget lasts (PK_STAIR_BUDGET). (e) and (f) run only while the
+ *      bound is more than 0.5 % below the plan at hand (known_step).
  *
  * So step >= sum_{j <= k} l_j + max((C - U_k) / dp, sum_{j > k} l_j) for
  * every k in 0..m; the bound is the largest. k = 0 is the plain bound

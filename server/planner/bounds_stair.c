@@ -99,21 +99,18 @@ static bool admits(stair_t *st, double x, uint64_t k) {
   return r[k] <= st->g;
 }
 
-/* The least run cost above x (x itself when no run costs more). */
+/* The least run cost above x (x itself when no run costs more): one try
+ * per width, at its first row (which takes the most rows). */
 static double next_run_cost(const stair_t *st, double x) {
   double best = x;
   bool any = false;
-  for (uint32_t i = 0; i < st->n;) {
+  for (uint32_t i = 0; i < st->n; i = st->end[i]) {
     double c = st->cost[i];
-    uint32_t e = i + 1;
-    while (e < st->n && st->cost[e] == c)
-      e++;
     uint32_t rows = rows_under(st, i, x) + 1;
     if (c > 0 && rows <= st->big[i] && (!any || (double)rows * c < best)) {
       best = (double)rows * c;
       any = true;
     }
-    i = e;
   }
   return best;
 }
@@ -136,8 +133,12 @@ uint32_t pk_padded_stair(const pk_ctx_t *ctx, const uint32_t *by, uint32_t m, co
   uint32_t *big = pk_malloc_array(n, sizeof *big);
   uint32_t *end = pk_malloc_array(n, sizeof *end);
   st.small = pk_malloc_array(n, sizeof *st.small);
-  st.r = pk_malloc_array(((size_t)n + 1) * (kmax + 1), sizeof *st.r);
-  if (cost == NULL || big == NULL || end == NULL || st.small == NULL || st.r == NULL)
+  /* The recursion's table, where the budget reaches a level after the
+   * first (the first walks the runs). */
+  if (kmax >= dp)
+    st.r = pk_malloc_array(((size_t)n + 1) * (kmax + 1), sizeof *st.r);
+  if (cost == NULL || big == NULL || end == NULL || st.small == NULL ||
+      (kmax >= dp && st.r == NULL))
     goto out;
   double hi = 0;
   for (uint32_t i = 0; i < n; i++) {
