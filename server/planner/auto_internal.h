@@ -28,6 +28,13 @@ typedef struct room_tree {
   uint64_t *t;     /* 2 * leaves; t[leaves + i] is the room of entry i. */
 } room_tree_t;
 
+/* A micro-batch of a column with its sort keys (pk_auto_sort_slots). */
+typedef struct slot_key {
+  double cost;
+  uint64_t foot;
+  uint32_t slot;
+} slot_key_t;
+
 typedef struct auto_state {
   const pk_ctx_t *ctx;
   uint32_t dp, m;
@@ -35,6 +42,7 @@ typedef struct auto_state {
   uint64_t *col_foot;   /* Largest micro-batch footprint of the column. */
   uint32_t *slots;      /* dp scratch. */
   uint32_t *tmp;        /* dp scratch. */
+  slot_key_t *keys;     /* 2 * dp scratch (pk_auto_sort_slots). */
   uint32_t *item_bin;   /* n */
   room_tree_t cols;     /* Per column: room of its fullest micro-batch (tiers)
                          * or of its roomiest one plus one (level packing). */

@@ -80,6 +80,53 @@ static uint64_t room1(const auto_state_t *s, uint32_t i) {
   return room == UINT64_MAX ? room : room + 1;
 }
 
+/* Per column, the cost an item may add to its cheapest micro-batch
+ * without raising the column's level (1e308 while the column is empty): a
+ * max tree over the same leaves as s->cols, so that the level packing skips
+ * the columns that cannot take an item without trying them. */
+typedef struct head_tree {
+  uint32_t leaves;
+  double *t; /* 2 * leaves. */
+} head_tree_t;
+
+static void head_set(head_tree_t *ht, uint32_t c, double head) {
+  uint32_t p = ht->leaves + c;
+  ht->t[p] = head;
+  for (p /= 2; p >= 1; p /= 2) {
+    double v = PK_MAX(ht->t[2 * p], ht->t[2 * p + 1]);
+    if (ht->t[p] == v)
+      break;
+    ht->t[p] = v;
+  }
+}
+
+/* The first leaf of subtree p with room >= need and head >= cost, or
+ * UINT32_MAX. */
+static uint32_t find_in(const room_tree_t *rt, const head_tree_t *ht, uint32_t p, uint64_t need,
+                        double cost) {
+  if (rt->t[p] < need || ht->t[p] < cost)
+    return UINT32_MAX;
+  if (p >= rt->leaves)
+    return p - rt->leaves;
+  uint32_t c = find_in(rt, ht, 2 * p, need, cost);
+  return c != UINT32_MAX ? c : find_in(rt, ht, 2 * p + 1, need, cost);
+}
+
+/* The first column at or after `from` with a micro-batch of room >= need
+ * and head >= cost, or UINT32_MAX: from the leaf, climbs and searches
+ * each right sibling subtree. */
+static uint32_t find_column(const room_tree_t *rt, const head_tree_t *ht, uint32_t from,
+                            uint64_t need, double cost) {
+  if (from >= rt->leaves)
+    return UINT32_MAX;
+  uint32_t p = rt->leaves + from;
+  uint32_t c = find_in(rt, ht, p, need, cost);
+  for (; c == UINT32_MAX && p > 1; p /= 2)
+    if ((p & 1) == 0)
+      c = find_in(rt, ht, p + 1, need, cost);
+  return c;
+}
+
 /* PACKED, without equal_count: column levels set by their largest items.
  * Items, largest first, go to the first column where they fit under the
  * cap without raising the column's level (its costliest micro-batch; an
@@ -104,9 +151,11 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
   ct.t = pk_malloc_array(tn, sizeof *ct.t);
   double *level = pk_calloc(m, sizeof *level);
   uint64_t *col_room = pk_malloc_array(m, sizeof *col_room);
+  head_tree_t ht = {.leaves = s->cols.leaves};
+  ht.t = pk_malloc_array((size_t)ht.leaves * 2, sizeof *ht.t);
   uint64_t cfg_cap = ctx->cfg->cap;
   int rc = 0;
-  if (ct.t == NULL || level == NULL || col_room == NULL) {
+  if (ct.t == NULL || level == NULL || col_room == NULL || ht.t == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -125,6 +174,10 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
   }
   pk_tree_rebuild(&s->col_room);
   pk_tree_rebuild(&s->cols);
+  for (uint32_t c = 0; c < ht.leaves; c++)
+    ht.t[ht.leaves + c] = c < m ? 1e308 : -1.0;
+  for (uint32_t p = ht.leaves - 1; p >= 1; p--)
+    ht.t[p] = PK_MAX(ht.t[2 * p], ht.t[2 * p + 1]);
   double left_cost = 0;
   uint32_t opened = 0;
   for (uint32_t k = 0; k < n; k++)
@@ -135,7 +188,9 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
     double ck = ctx->cost[k];
     uint32_t bin = UINT32_MAX, at = 0;
     for (uint32_t tries = 0; tries < PK_AUTO_TRIES; tries++) {
-      uint32_t c = pk_tree_find(&s->cols, at, need);
+      /* The head test is a little looser than the one below (rounding):
+       * it only skips columns that cannot take k. */
+      uint32_t c = find_column(&s->cols, &ht, at, need, ck * (1 - 1e-9));
       if (c == UINT32_MAX || c >= m)
         break;
       const col_node_t *root = col_root(&ct, c);
@@ -197,6 +252,7 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
     col_room[c] -= PK_MIN(col_room[c], ctx->size[k]);
     pk_tree_set(&s->col_room, c, col_room[c]);
     pk_tree_set(&s->cols, c, col_root(&ct, c)->room);
+    head_set(&ht, c, level[c] * (1 + 1e-12) - col_root(&ct, c)->cost);
   }
   for (uint32_t i = 0; i < m * dp; i++)
     if (s->bins[i].count == 0) {
@@ -207,6 +263,7 @@ done:
   free(ct.t);
   free(level);
   free(col_room);
+  free(ht.t);
   return rc;
 }
 
