@@ -101,15 +101,25 @@ static void head_set(head_tree_t *ht, uint32_t c, double head) {
 }
 
 /* The first leaf of subtree p with room >= need and head >= cost, or
- * UINT32_MAX. */
+ * UINT32_MAX: depth first, left to right, skipping every subtree whose
+ * maxima fail either test. */
 static uint32_t find_in(const room_tree_t *rt, const head_tree_t *ht, uint32_t p, uint64_t need,
                         double cost) {
-  if (rt->t[p] < need || ht->t[p] < cost)
-    return UINT32_MAX;
-  if (p >= rt->leaves)
-    return p - rt->leaves;
-  uint32_t c = find_in(rt, ht, 2 * p, need, cost);
-  return c != UINT32_MAX ? c : find_in(rt, ht, 2 * p + 1, need, cost);
+  uint32_t top = p;
+  for (;;) {
+    if (rt->t[p] >= need && ht->t[p] >= cost) {
+      if (p >= rt->leaves)
+        return p - rt->leaves;
+      p = 2 * p;
+      continue;
+    }
+    /* Next subtree to the right inside top's: up while p is a right child. */
+    while (p != top && (p & 1) == 1)
+      p /= 2;
+    if (p == top)
+      return UINT32_MAX;
+    p++;
+  }
 }
 
 /* The first column at or after `from` with a micro-batch of room >= need
