@@ -112,6 +112,52 @@ uint32_t pk_tree_find(const room_tree_t *rt, uint32_t from, uint64_t need) {
   return p - rt->leaves;
 }
 
+void pk_head_set(head_tree_t *ht, uint32_t i, double head) {
+  uint32_t p = ht->leaves + i;
+  ht->t[p] = head;
+  for (p /= 2; p >= 1; p /= 2) {
+    double v = PK_MAX(ht->t[2 * p], ht->t[2 * p + 1]);
+    if (ht->t[p] == v)
+      break;
+    ht->t[p] = v;
+  }
+}
+
+/* The first leaf of subtree p with room >= need and head >= cost, or
+ * UINT32_MAX: depth first, left to right, skipping every subtree whose
+ * maxima fail either test. */
+static uint32_t find_room_head_in(const room_tree_t *rt, const head_tree_t *ht, uint32_t p,
+                                  uint64_t need, double cost) {
+  uint32_t top = p;
+  for (;;) {
+    if (rt->t[p] >= need && ht->t[p] >= cost) {
+      if (p >= rt->leaves)
+        return p - rt->leaves;
+      p = 2 * p;
+      continue;
+    }
+    /* Next subtree to the right inside top's: up while p is a right child. */
+    while (p != top && (p & 1) == 1)
+      p /= 2;
+    if (p == top)
+      return UINT32_MAX;
+    p++;
+  }
+}
+
+/* From the leaf, climbs and searches each right sibling subtree. */
+uint32_t pk_find_room_head(const room_tree_t *rt, const head_tree_t *ht, uint32_t from,
+                           uint64_t need, double cost) {
+  if (from >= rt->leaves)
+    return UINT32_MAX;
+  uint32_t p = rt->leaves + from;
+  uint32_t c = find_room_head_in(rt, ht, p, need, cost);
+  for (; c == UINT32_MAX && p > 1; p /= 2)
+    if ((p & 1) == 0)
+      c = find_room_head_in(rt, ht, p + 1, need, cost);
+  return c;
+}
+
 /* The room micro-batch i has left (0 when it holds max_seqs items). */
 uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i) {
   const pk_bin_t *b = &s->bins[i];

@@ -57,6 +57,20 @@ void pk_tree_rebuild(room_tree_t *rt);
 /* The first entry at or after `from` with room >= need, or UINT32_MAX. */
 uint32_t pk_tree_find(const room_tree_t *rt, uint32_t from, uint64_t need);
 
+/* A max tree of doubles beside a room tree with the same leaves (the level
+ * packing's headroom per column: the cost an item may add to the column's
+ * cheapest micro-batch without raising its level). */
+typedef struct head_tree {
+  uint32_t leaves; /* The room tree's. */
+  double *t;       /* 2 * leaves; t[leaves + i] is the value of entry i. */
+} head_tree_t;
+/* Sets entry i and walks up while the maxima change. */
+void pk_head_set(head_tree_t *ht, uint32_t i, double head);
+/* The first entry at or after `from` with room >= need in rt and head >=
+ * cost in ht, or UINT32_MAX. */
+uint32_t pk_find_room_head(const room_tree_t *rt, const head_tree_t *ht, uint32_t from,
+                           uint64_t need, double cost);
+
 /* Shared helpers (auto.c). */
 /* The room micro-batch i has left (0 when it holds max_seqs items). */
 uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i);

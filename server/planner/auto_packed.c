@@ -80,63 +80,6 @@ static uint64_t room1(const auto_state_t *s, uint32_t i) {
   return room == UINT64_MAX ? room : room + 1;
 }
 
-/* Per column, the cost an item may add to its cheapest micro-batch
- * without raising the column's level (1e308 while the column is empty): a
- * max tree over the same leaves as s->cols, so that the level packing skips
- * the columns that cannot take an item without trying them. */
-typedef struct head_tree {
-  uint32_t leaves;
-  double *t; /* 2 * leaves. */
-} head_tree_t;
-
-static void head_set(head_tree_t *ht, uint32_t c, double head) {
-  uint32_t p = ht->leaves + c;
-  ht->t[p] = head;
-  for (p /= 2; p >= 1; p /= 2) {
-    double v = PK_MAX(ht->t[2 * p], ht->t[2 * p + 1]);
-    if (ht->t[p] == v)
-      break;
-    ht->t[p] = v;
-  }
-}
-
-/* The first leaf of subtree p with room >= need and head >= cost, or
- * UINT32_MAX: depth first, left to right, skipping every subtree whose
- * maxima fail either test. */
-static uint32_t find_in(const room_tree_t *rt, const head_tree_t *ht, uint32_t p, uint64_t need,
-                        double cost) {
-  uint32_t top = p;
-  for (;;) {
-    if (rt->t[p] >= need && ht->t[p] >= cost) {
-      if (p >= rt->leaves)
-        return p - rt->leaves;
-      p = 2 * p;
-      continue;
-    }
-    /* Next subtree to the right inside top's: up while p is a right child. */
-    while (p != top && (p & 1) == 1)
-      p /= 2;
-    if (p == top)
-      return UINT32_MAX;
-    p++;
-  }
-}
-
-/* The first column at or after `from` with a micro-batch of room >= need
- * and head >= cost, or UINT32_MAX: from the leaf, climbs and searches
- * each right sibling subtree. */
-static uint32_t find_column(const room_tree_t *rt, const head_tree_t *ht, uint32_t from,
-                            uint64_t need, double cost) {
-  if (from >= rt->leaves)
-    return UINT32_MAX;
-  uint32_t p = rt->leaves + from;
-  uint32_t c = find_in(rt, ht, p, need, cost);
-  for (; c == UINT32_MAX && p > 1; p /= 2)
-    if ((p & 1) == 0)
-      c = find_in(rt, ht, p + 1, need, cost);
-  return c;
-}
-
 /* PACKED, without equal_count: column levels set by their largest items.
  * Items, largest first, go to the first column where they fit under the
  * cap without raising the column's level (its costliest micro-batch; an
@@ -150,7 +93,10 @@ static uint32_t find_column(const room_tree_t *rt, const head_tree_t *ht, uint32
  * roomy micro-batch rising alone), to its cheapest micro-batch with room;
  * else to the first micro-batch with room. When it fits nowhere, or a
  * micro-batch stays empty, this try fails (the caller falls back to
- * pk_auto_pack_bins_first). */
+ * pk_auto_pack_bins_first). The columns tried are found by
+ * pk_find_room_head: room for the item and headroom under the level for
+ * its cost, so a column that cannot take it costs no try (at most
+ * PK_AUTO_TRIES columns are tried per item). */
 int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
   const pk_ctx_t *ctx = s->ctx;
   uint32_t dp = s->dp, m = s->m, n = ctx->n;
@@ -200,7 +146,7 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
     for (uint32_t tries = 0; tries < PK_AUTO_TRIES; tries++) {
       /* The head test is a little looser than the one below (rounding):
        * it only skips columns that cannot take k. */
-      uint32_t c = find_column(&s->cols, &ht, at, need, ck * (1 - 1e-9));
+      uint32_t c = pk_find_room_head(&s->cols, &ht, at, need, ck * (1 - 1e-9));
       if (c == UINT32_MAX || c >= m)
         break;
       const col_node_t *root = col_root(&ct, c);
@@ -262,7 +208,7 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
     col_room[c] -= PK_MIN(col_room[c], ctx->size[k]);
     pk_tree_set(&s->col_room, c, col_room[c]);
     pk_tree_set(&s->cols, c, col_root(&ct, c)->room);
-    head_set(&ht, c, level[c] * (1 + 1e-12) - col_root(&ct, c)->cost);
+    pk_head_set(&ht, c, level[c] * (1 + 1e-12) - col_root(&ct, c)->cost);
   }
   for (uint32_t i = 0; i < m * dp; i++)
     if (s->bins[i].count == 0) {
