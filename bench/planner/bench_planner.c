@@ -548,9 +548,7 @@ int main(int argc, char **argv) {
               /* AUTO at n = 4096 has a target of 1 ms on a VM whose
                * slow spells last a few milliseconds: 15 calls, so that one
                * spell cannot move the median. */
-              int reps = n <= 512 ? 9 : (n <= 4096 ? 15 : (is_auto ? 3 : 1));
-              if (!is_auto && n > 512)
-                reps = n <= 4096 ? 3 : 1;
+              int reps = n <= 512 ? 9 : (is_auto ? (n <= 4096 ? 15 : 3) : (n <= 4096 ? 3 : 1));
               reps = (int)(reps * reps_scale + 0.5);
               reps = reps < 1 ? 1 : reps;
               result_t res;

@@ -200,53 +200,33 @@ uint32_t pk_auto_sorted_items(const auto_state_t *s, const uint32_t *head, const
 
 /* Orders the dp bins of a column (slot numbers in s->slots): by cost
  * ascending (by_foot false) or by footprint ascending (by_foot true), ties by
- * the other key, then slot. The keys are read once into s->keys, then a
- * merge sort over them (a total order, so the result is the one order). */
-static bool key_less(const slot_key_t *x, const slot_key_t *y, bool by_foot) {
-  if (by_foot && x->foot != y->foot)
+ * the other key, then slot. The keys are read once into s->keys; a merge
+ * sort: deterministic and O(dp log dp). */
+typedef struct slot_order {
+  const slot_key_t *keys;
+  bool by_foot;
+} slot_order_t;
+
+static bool slot_before(const void *arg, uint32_t a, uint32_t b) {
+  const slot_order_t *o = arg;
+  const slot_key_t *x = &o->keys[a], *y = &o->keys[b];
+  if (o->by_foot && x->foot != y->foot)
     return x->foot < y->foot;
   if (x->cost != y->cost)
     return x->cost < y->cost;
   if (x->foot != y->foot)
     return x->foot < y->foot;
-  return x->slot < y->slot;
+  return a < b;
 }
 
 void pk_auto_sort_slots(auto_state_t *s, uint32_t base, bool by_foot) {
-  uint32_t dp = s->dp;
-  slot_key_t *a = s->keys, *t = s->keys + dp;
-  for (uint32_t i = 0; i < dp; i++) {
+  for (uint32_t i = 0; i < s->dp; i++) {
     const pk_bin_t *b = &s->bins[base + i];
-    a[i] = (slot_key_t){.cost = b->cost, .foot = pk_bin_footprint(s->ctx->cfg, b), .slot = i};
+    s->keys[i] = (slot_key_t){.cost = b->cost, .foot = pk_bin_footprint(s->ctx->cfg, b)};
+    s->slots[i] = i;
   }
-  /* Runs of 8 by insertion, then merges. */
-  for (uint32_t lo = 0; lo < dp; lo += 8) {
-    uint32_t hi = PK_MIN(lo + 8, dp);
-    for (uint32_t i = lo + 1; i < hi; i++) {
-      slot_key_t v = a[i];
-      uint32_t j = i;
-      for (; j > lo && key_less(&v, &a[j - 1], by_foot); j--)
-        a[j] = a[j - 1];
-      a[j] = v;
-    }
-  }
-  for (uint32_t w = 8; w < dp; w *= 2) {
-    for (uint32_t lo = 0; lo < dp; lo += 2 * w) {
-      uint32_t mid = PK_MIN(lo + w, dp), hi = PK_MIN(lo + 2 * w, dp);
-      uint32_t i = lo, j = mid, k = lo;
-      while (i < mid && j < hi)
-        t[k++] = key_less(&a[j], &a[i], by_foot) ? a[j++] : a[i++];
-      while (i < mid)
-        t[k++] = a[i++];
-      while (j < hi)
-        t[k++] = a[j++];
-    }
-    slot_key_t *x = a;
-    a = t;
-    t = x;
-  }
-  for (uint32_t i = 0; i < dp; i++)
-    s->slots[i] = a[i].slot;
+  slot_order_t o = {s->keys, by_foot};
+  pk_merge_sort_u32(s->slots, s->tmp, s->dp, slot_before, &o);
 }
 
 /* Places a whole tier (dp items, costliest first) into column c, or returns
@@ -442,7 +422,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
   s.col_foot = pk_malloc_array(max_m, sizeof *s.col_foot);
   s.slots = pk_malloc_array(dp, sizeof *s.slots);
   s.tmp = pk_malloc_array(dp, sizeof *s.tmp);
-  s.keys = pk_malloc_array((size_t)dp * 2, sizeof *s.keys);
+  s.keys = pk_malloc_array(dp, sizeof *s.keys);
   s.item_bin = pk_malloc_array(n, sizeof *s.item_bin);
   if (order == NULL || s.bins == NULL || s.col_foot == NULL || s.slots == NULL || s.tmp == NULL ||
       s.keys == NULL || s.item_bin == NULL || pk_tree_init(&s.cols, max_m) != 0 ||

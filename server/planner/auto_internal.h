@@ -28,11 +28,10 @@ typedef struct room_tree {
   uint64_t *t;     /* 2 * leaves; t[leaves + i] is the room of entry i. */
 } room_tree_t;
 
-/* A micro-batch of a column with its sort keys (pk_auto_sort_slots). */
+/* The sort keys of a column's micro-batch (pk_auto_sort_slots). */
 typedef struct slot_key {
   double cost;
   uint64_t foot;
-  uint32_t slot;
 } slot_key_t;
 
 typedef struct auto_state {
@@ -42,7 +41,7 @@ typedef struct auto_state {
   uint64_t *col_foot;   /* Largest micro-batch footprint of the column. */
   uint32_t *slots;      /* dp scratch. */
   uint32_t *tmp;        /* dp scratch. */
-  slot_key_t *keys;     /* 2 * dp scratch (pk_auto_sort_slots). */
+  slot_key_t *keys;     /* dp scratch (pk_auto_sort_slots). */
   uint32_t *item_bin;   /* n */
   room_tree_t cols;     /* Per column: room of its fullest micro-batch (tiers)
                          * or of its roomiest one plus one (level packing). */
@@ -155,6 +154,10 @@ int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t 
 int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
                               uint32_t *m_out);
 int pk_auto_refine_padded(auto_state_t *s);
+/* The PADDED cost of `count` rows padded to `width`: count x c(width). */
+static inline double pk_padded_cost(const pk_cfg_t *cfg, uint32_t count, uint64_t width) {
+  return (double)count * pk_slot_cost(cfg, width);
+}
 /* A PADDED micro-batch's narrowest and widest rows (items) and its width
  * without its widest row (lists head/next, pk_auto_bin_lists). */
 typedef struct padded_rows_of {

@@ -468,12 +468,6 @@ done:
   return rc;
 }
 
-/* PADDED refinement: a micro-batch costs rows x c(widest row). Inside every
- * column, repeatedly take the costliest micro-batch and move one of its rows
- * (its narrowest, or its widest, which may narrow it) to one of the two
- * cheapest micro-batches of the column when that lowers the column's
- * maximum and the receiver stays within the cap and max_seqs. Only without
- * equal_count (moves change counts). Bounded work per column. */
 padded_rows_of_t pk_padded_rows_of(const pk_ctx_t *ctx, const uint32_t *head, const uint32_t *next,
                                    uint32_t bin) {
   padded_rows_of_t r = {UINT32_MAX, UINT32_MAX, 0};
@@ -489,10 +483,12 @@ padded_rows_of_t pk_padded_rows_of(const pk_ctx_t *ctx, const uint32_t *head, co
   return r;
 }
 
-static double padded_cost(const pk_cfg_t *cfg, uint32_t count, uint64_t width) {
-  return (double)count * pk_slot_cost(cfg, width);
-}
-
+/* PADDED refinement: a micro-batch costs rows x c(widest row). Inside every
+ * column, repeatedly take the costliest micro-batch and move one of its rows
+ * (its narrowest, or its widest, which may narrow it) to one of the two
+ * cheapest micro-batches of the column when that lowers the column's
+ * maximum and the receiver stays within the cap and max_seqs. Only without
+ * equal_count (moves change counts). Bounded work per column. */
 int pk_auto_refine_padded(auto_state_t *s) {
   const pk_ctx_t *ctx = s->ctx;
   const pk_cfg_t *cfg = ctx->cfg;
@@ -509,7 +505,7 @@ int pk_auto_refine_padded(auto_state_t *s) {
     return PK_ENOMEM;
   }
   for (uint32_t i = 0; i < nbins; i++)
-    real[i] = padded_cost(cfg, s->bins[i].count, s->bins[i].width);
+    real[i] = pk_padded_cost(cfg, s->bins[i].count, s->bins[i].width);
   pk_auto_bin_lists(s, head, next);
   for (uint32_t c = 0; c < m; c++) {
     uint32_t base = c * dp;
@@ -539,7 +535,7 @@ int pk_auto_refine_padded(auto_state_t *s) {
       for (int a = 0; a < 2; a++) {
         uint32_t k = cand[a];
         uint64_t wx = k == wide ? second : bx->width;
-        double cx = padded_cost(cfg, bx->count - 1, wx);
+        double cx = pk_padded_cost(cfg, bx->count - 1, wx);
         for (int b = 0; b < 2; b++) {
           uint32_t y = ys[b];
           if (y == UINT32_MAX || y == x)
@@ -548,7 +544,7 @@ int pk_auto_refine_padded(auto_state_t *s) {
           uint64_t wy = PK_MAX(bb->width, ctx->size[k]);
           if (bb->count + 1 > cfg->max_seqs || (uint64_t)(bb->count + 1) * wy > cfg->cap)
             continue;
-          double cy = padded_cost(cfg, bb->count + 1, wy);
+          double cy = pk_padded_cost(cfg, bb->count + 1, wy);
           double peak = PK_MAX(cx, cy);
           if (peak < best * (1 - 1e-12)) {
             best = peak;
@@ -560,8 +556,8 @@ int pk_auto_refine_padded(auto_state_t *s) {
       if (bk == UINT32_MAX)
         break;
       pk_auto_move_item(s, head, next, bk, by);
-      real[x] = padded_cost(cfg, s->bins[x].count, s->bins[x].width);
-      real[by] = padded_cost(cfg, s->bins[by].count, s->bins[by].width);
+      real[x] = pk_padded_cost(cfg, s->bins[x].count, s->bins[x].width);
+      real[by] = pk_padded_cost(cfg, s->bins[by].count, s->bins[by].width);
     }
   }
   free(head);
@@ -577,7 +573,7 @@ static double padded_column_level(const auto_state_t *s, uint32_t c, double *sum
   double level = 0, total = 0;
   for (uint32_t q = 0; q < s->dp; q++) {
     const pk_bin_t *b = &s->bins[(size_t)c * s->dp + q];
-    double cost = padded_cost(cfg, b->count, b->width);
+    double cost = pk_padded_cost(cfg, b->count, b->width);
     level = PK_MAX(level, cost);
     total += cost;
   }

@@ -34,10 +34,6 @@ typedef struct lower {
   uint64_t work;
 } lower_t;
 
-static double bin_cost(const pk_cfg_t *cfg, const pk_bin_t *b) {
-  return (double)b->count * pk_slot_cost(cfg, b->width);
-}
-
 /* Column c's level and least cost from its micro-batches, and its room. */
 static void column_update(lower_t *lw, uint32_t c) {
   uint32_t dp = lw->s->dp;
@@ -75,7 +71,7 @@ static uint32_t best_receiver(lower_t *lw, uint32_t c, uint64_t w, double *after
       uint64_t wy = PK_MAX(b->width, w);
       if (b->count + 1 > cfg->max_seqs || (uint64_t)(b->count + 1) * wy > cfg->cap)
         continue;
-      double cy = (double)(b->count + 1) * pk_slot_cost(cfg, wy);
+      double cy = pk_padded_cost(cfg, b->count + 1, wy);
       if (cy > lw->level[col] || lw->level[col] - cy <= room)
         continue;
       room = lw->level[col] - cy;
@@ -121,7 +117,7 @@ static void lower_column(lower_t *lw, uint32_t *head, uint32_t *next, uint32_t c
     if (mover == UINT32_MAX)
       return;
     pk_auto_move_item(s, head, next, mover, to);
-    lw->real[x] = bin_cost(ctx->cfg, &s->bins[x]);
+    lw->real[x] = pk_padded_cost(ctx->cfg, s->bins[x].count, s->bins[x].width);
     lw->real[to] = to_cost;
     column_update(lw, c);
     column_update(lw, to / dp);
@@ -147,7 +143,7 @@ int pk_auto_lower_padded(auto_state_t *s) {
   pk_auto_bin_lists(s, head, next);
   double top = 0;
   for (uint32_t i = 0; i < nbins; i++) {
-    lw.real[i] = bin_cost(ctx->cfg, &s->bins[i]);
+    lw.real[i] = pk_padded_cost(ctx->cfg, s->bins[i].count, s->bins[i].width);
     top = PK_MAX(top, lw.real[i]);
   }
   if (top <= 0)
