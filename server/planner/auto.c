@@ -43,7 +43,9 @@
  *     allows; where the widest rows cost more than the target and leave
  *     their columns room below their level, also column levels (each such
  *     column's runs closed at its head's cost, the rest at their own
- *     target); each dealt in tiers of dp by cost and refined by row moves
+ *     target); where the widest row's full run (as many rows as the cap
+ *     allows) costs more than the target, also column levels at the cost of
+ *     such runs; each dealt in tiers of dp by cost and refined by row moves
  *     inside each column (pk_auto_refine_padded); then, with at most 512 runs
  *     and 32 per tier, the cut search (pk_auto_search_runs, auto_runs.c)
  *     moves the cuts between the best runs; the lowest step is kept.
