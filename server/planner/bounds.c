@@ -341,6 +341,10 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   uint32_t n = ctx->n;
   if (n == 0 || m == 0)
     return 0;
+  /* Outside PADDED mode nothing below reads known_step. */
+  pk_step_memo_t *memo = cfg->mode == PK_MODE_PADDED ? NULL : ctx->step_memo;
+  if (memo != NULL && memo->m == m)
+    return memo->bound;
   double total = 0, biggest = 0;
   for (uint32_t k = 0; k < n; k++) {
     total += ctx->cost[k];
@@ -416,6 +420,8 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   free(owned);
   free(lvl);
   free(cap_cost);
+  if (memo != NULL)
+    *memo = (pk_step_memo_t){m, best};
   return best;
 }
 

@@ -38,6 +38,13 @@ typedef struct pk_cfg {
   uint64_t seed;
 } pk_cfg_t;
 
+/* pk_step_lower_bound's last value outside PADDED mode, where it depends
+ * on the items and m alone (m == 0: none yet). */
+typedef struct pk_step_memo {
+  uint32_t m;
+  double bound;
+} pk_step_memo_t;
+
 /* What the partitioning algorithms see of a mini-batch: its items and the
  * rules a micro-batch must obey. Item k is sequence idx[k]. */
 typedef struct pk_ctx {
@@ -49,10 +56,13 @@ typedef struct pk_ctx {
   const double *cost;   /* n costs of the aligned lengths. */
   const uint32_t *len;  /* n real lengths. */
   /* Optional, filled by the pipeline: the n item numbers by size
-   * descending (ties by item number), and pk_micro_lower_bound's value.
-   * NULL / 0: computed on demand. */
+   * descending (ties by item number), pk_micro_lower_bound's value, and
+   * a memo for pk_step_lower_bound (owned by the pipeline, one per
+   * mini-batch; the packing, the cross-column pass and the plan's stats ask
+   * for the same bound). NULL / 0: computed on demand. */
   const uint32_t *by_size;
   uint32_t micro_lb;
+  pk_step_memo_t *step_memo;
 } pk_ctx_t;
 
 /* The running state of one micro-batch while it is being filled. */

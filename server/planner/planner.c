@@ -203,6 +203,8 @@ int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen) 
     pk_sort_by_cost_desc(&ctx, by_size, m);
     ctx.by_size = by_size;
     ctx.micro_lb = pk_micro_lower_bound(&ctx);
+    pk_step_memo_t step_memo = {0};
+    ctx.step_memo = &step_memo;
     pk_assign_t a = {.rank = arank, .micro = amicro, .pos = apos, .nmicro = 0};
     if ((rc = assign_mini_batch(&ctx, &a, b, err, errlen)) != 0)
       goto done;

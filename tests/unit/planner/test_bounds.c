@@ -293,6 +293,34 @@ static void test_bounds_packed_wide(void **state) {
   }
 }
 
+/* The step memo (pk_ctx_t.step_memo): outside PADDED mode the bound for m
+ * is computed once and read back; a different m computes afresh, and the
+ * values are those of a context without a memo. */
+static void test_step_bound_memo(void **state) {
+  (void)state;
+  uint64_t seed = 7;
+  for (int trial = 0; trial < 40; trial++) {
+    uint32_t n = 20 + fx_below(&seed, 200), dp = 1 + fx_below(&seed, 8), lens[220];
+    uint64_t cap = 1024 + fx_below(&seed, 4096);
+    for (uint32_t k = 0; k < n; k++)
+      lens[k] = 1 + fx_below(&seed, (uint32_t)cap);
+    fx_t f;
+    fx_init(&f, lens, n, dp, PK_MODE_PACKED, cap);
+    uint32_t m = pk_micro_lower_bound(&f.ctx);
+    double plain[3];
+    for (uint32_t d = 0; d < 3; d++)
+      plain[d] = pk_step_lower_bound(&f.ctx, m + d, INFINITY);
+    pk_step_memo_t memo = {0};
+    f.ctx.step_memo = &memo;
+    for (uint32_t d = 0; d < 3; d++) {
+      assert_true(pk_step_lower_bound(&f.ctx, m + d, INFINITY) == plain[d]);
+      assert_int_equal(memo.m, m + d);
+      assert_true(pk_step_lower_bound(&f.ctx, m + d, 1.0) == plain[d]);
+    }
+    fx_free(&f);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_bounds_packed),
@@ -306,6 +334,7 @@ int main(void) {
       cmocka_unit_test(test_step_bound_first_column),
       cmocka_unit_test(test_step_bound_wide_items),
       cmocka_unit_test(test_bounds_packed_wide),
+      cmocka_unit_test(test_step_bound_memo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
