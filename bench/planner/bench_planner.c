@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "pk_planner.h"
 #include "rounds.h"
@@ -242,17 +241,6 @@ typedef struct result {
   uint32_t max_micro;  /* Largest micro count of any rank (equal on all). */
 } result_t;
 
-static double now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-  double x = *(const double *)a, y = *(const double *)b;
-  return x < y ? -1 : (x > y ? 1 : 0);
-}
-
 static void measure(const pk_request_t *req, int reps, result_t *res) {
   double t[64];
   pk_plan_t *plan = NULL;
@@ -263,9 +251,9 @@ static void measure(const pk_request_t *req, int reps, result_t *res) {
   for (int i = 0; i < reps; i++) {
     pk_plan_free(plan);
     plan = NULL;
-    double t0 = now_ms();
+    double t0 = bench_now_ms();
     int rc = pk_plan(req, &plan, err, sizeof err);
-    t[i] = now_ms() - t0;
+    t[i] = bench_now_ms() - t0;
     if (rc != 0) {
       res->ran = true;
       res->failed = true;
@@ -273,7 +261,7 @@ static void measure(const pk_request_t *req, int reps, result_t *res) {
       return;
     }
   }
-  qsort(t, (size_t)reps, sizeof(double), cmp_double);
+  qsort(t, (size_t)reps, sizeof(double), bench_cmp_ms);
   res->ran = true;
   res->ms = reps % 2 ? t[reps / 2] : (t[reps / 2 - 1] + t[reps / 2]) / 2;
   res->st = plan->stats;
@@ -461,7 +449,7 @@ int main(int argc, char **argv) {
   char auto_rows[200][200];
   size_t nauto = 0;
   size_t total_cfg = nwl * nns * ncaps * ndps * 2, done_cfg = 0;
-  double t_start = now_ms();
+  double t_start = bench_now_ms();
 
   for (size_t w = 0; w < nwl; w++) {
     for (size_t ci = 0; ci < ncaps; ci++) {
@@ -512,7 +500,7 @@ int main(int argc, char **argv) {
           for (int mode = 0; mode < 2; mode++) {
             done_cfg++;
             fprintf(stderr, "[%3zu/%zu %6.1fs] %-10s n=%-5u dp=%-3u cap=%-5llu %s\n", done_cfg,
-                    total_cfg, (now_ms() - t_start) / 1e3, wl[w].name, n, dp,
+                    total_cfg, (bench_now_ms() - t_start) / 1e3, wl[w].name, n, dp,
                     (unsigned long long)cap, mode ? "padded" : "packed");
             /* Packed tokens bound the micro count from below in both modes. */
             uint64_t lb = (sum + dp * cap - 1) / (dp * cap);
@@ -770,7 +758,7 @@ int main(int argc, char **argv) {
       uint32_t dp = dps[di];
       result_t r[2];
       for (int e = 0; e < 2; e++) {
-        fprintf(stderr, "[kk %6.1fs] n=%u dp=%u %s\n", (now_ms() - t_start) / 1e3, n, dp,
+        fprintf(stderr, "[kk %6.1fs] n=%u dp=%u %s\n", (bench_now_ms() - t_start) / 1e3, n, dp,
                 e ? "kk_equal" : "kk");
         pk_request_t req;
         memset(&req, 0, sizeof req);
@@ -802,8 +790,9 @@ int main(int argc, char **argv) {
         uint32_t at[3] = {0, 0, 0}, worst = 0;
         double ms[SWEEP];
         for (uint32_t b = 0; b < SWEEP; b++) {
-          fprintf(stderr, "[sweep %6.1fs] dp=%u cap=%llu batch %u\n", (now_ms() - t_start) / 1e3,
-                  sweep_dps[di], (unsigned long long)sweep_caps[ci], b);
+          fprintf(stderr, "[sweep %6.1fs] dp=%u cap=%llu batch %u\n",
+                  (bench_now_ms() - t_start) / 1e3, sweep_dps[di],
+                  (unsigned long long)sweep_caps[ci], b);
           gen_rollout(0x73770000ull + b, 65536, len, loss);
           pk_request_t req;
           memset(&req, 0, sizeof req);
@@ -824,13 +813,13 @@ int main(int argc, char **argv) {
           at[over < 2 ? over : 2]++;
           worst = over > worst ? over : worst;
         }
-        qsort(ms, SWEEP, sizeof ms[0], cmp_double);
+        qsort(ms, SWEEP, sizeof ms[0], bench_cmp_ms);
         printf("| %u | %llu | %u | %u | %u | LB+%u | %.1f |\n", sweep_dps[di],
                (unsigned long long)sweep_caps[ci], at[0], at[1], at[2], worst, ms[SWEEP / 2]);
       }
     }
   }
-  fprintf(stderr, "bench_planner: done in %.1f s\n", (now_ms() - t_start) / 1e3);
+  fprintf(stderr, "bench_planner: done in %.1f s\n", (bench_now_ms() - t_start) / 1e3);
 
   free(len);
   free(loss);

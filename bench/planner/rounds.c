@@ -6,13 +6,13 @@
 #include <string.h>
 #include <time.h>
 
-static double rounds_now_ms(void) {
+double bench_now_ms(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-static int cmp_ms(const void *a, const void *b) {
+int bench_cmp_ms(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : (x > y ? 1 : 0);
 }
@@ -53,9 +53,9 @@ int rounds_run(rounds_set_t *set, int rounds) {
   for (int r = 0; r < rounds; r++)
     for (uint32_t i = 0; i < set->count; i++) {
       pk_plan_t *plan = NULL;
-      double t0 = rounds_now_ms();
+      double t0 = bench_now_ms();
       int rc = pk_plan(&set->cfg[i].req, &plan, err, sizeof err);
-      t[i][r] = rounds_now_ms() - t0;
+      t[i][r] = bench_now_ms() - t0;
       pk_plan_free(plan);
       if (rc != 0) {
         fprintf(stderr, "bench_planner: round-robin timing of %s failed: %s\n", set->cfg[i].label,
@@ -64,7 +64,7 @@ int rounds_run(rounds_set_t *set, int rounds) {
       }
     }
   for (uint32_t i = 0; i < set->count; i++) {
-    qsort(t[i], (size_t)rounds, sizeof t[i][0], cmp_ms);
+    qsort(t[i], (size_t)rounds, sizeof t[i][0], bench_cmp_ms);
     rounds_config_t *c = &set->cfg[i];
     c->median_ms = rounds % 2 ? t[i][rounds / 2] : (t[i][rounds / 2 - 1] + t[i][rounds / 2]) / 2;
     c->min_ms = t[i][0];

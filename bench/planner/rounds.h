@@ -39,6 +39,11 @@ int rounds_add(rounds_set_t *set, const char *label, const pk_request_t *req, do
  * or -1 when a plan fails (it did not in the grid). */
 int rounds_run(rounds_set_t *set, int rounds);
 
+/* Timing helpers, shared with bench_planner.c: CLOCK_MONOTONIC in
+ * milliseconds, and a qsort comparator for doubles, ascending. */
+double bench_now_ms(void);
+int bench_cmp_ms(const void *a, const void *b);
+
 /* Frees what rounds_add copied. */
 void rounds_free(rounds_set_t *set);
 
