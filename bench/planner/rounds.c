@@ -36,6 +36,9 @@ int rounds_add(rounds_set_t *set, const char *label, const pk_request_t *req, do
   if (req->loss_tokens != NULL && req->n_loss_tokens == req->n) {
     memcpy(c->loss, req->loss_tokens, req->n * sizeof *c->loss);
     c->req.loss_tokens = c->loss;
+  } else {
+    c->req.loss_tokens = NULL; /* Never the caller's buffer, which it reuses. */
+    c->req.n_loss_tokens = 0;
   }
   snprintf(c->label, sizeof c->label, "%s", label);
   c->grid_ms = grid_ms;

@@ -304,7 +304,7 @@ static int halved_runs(const padded_rows_t *rt, uint32_t target, double t, padde
  * top columns hold the costliest tokens up to their forced levels.
  *
  * With cap_runs, a column's level is instead the cost of the widest item's
- * full run (as many rows of its width as the cap and max_seqs allow), for
+ * full run (as many rows as the cap and max_seqs allow at its width), for
  * as long as that run costs more than t. Where the widest rows pair under
  * the cap but a pair costs more than t (RL rollouts cut at the length
  * limit, cap = twice that limit), groups closed at t leave them alone in
@@ -319,7 +319,8 @@ static int level_runs(const padded_rows_t *rt, uint32_t m, uint32_t dp, double t
     double head = rt->cost[from] * (cap_runs ? rt->cap_rows[from] : 1);
     if (head <= t)
       break;
-    head *= 1 + 1e-12; /* So that head / cost rounds to the full run. */
+    if (cap_runs)
+      head *= 1 + 1e-12; /* So that head / cost rounds to the full run. */
     for (uint32_t q = 0; q < dp; q++) {
       uint32_t after = target - g - 1; /* Groups still to open after this one. */
       if (n - from <= after)
