@@ -521,10 +521,10 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
         if (ffd_m == UINT32_MAX || m > max_m)
           continue; /* Fails at the top of the loop. */
         if (m > bound) {
-          /* First fit needs more than the bound: repair it at fewer. */
+          /* First fit needs more than the bound: repair it, or pack by
+           * completion, at fewer. */
           uint32_t fit = m;
-          rc = pk_auto_repair_down(&s, order, bound, m, cfg->group, saved_bins, saved_item_bin,
-                                   &fit);
+          rc = pk_auto_tighten(&s, order, bound, m, cfg->group, saved_bins, saved_item_bin, &fit);
           if (rc != 0) {
             pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
             goto done;

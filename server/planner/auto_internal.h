@@ -111,7 +111,8 @@ int pk_auto_refine_columns(auto_state_t *s);
 int pk_auto_lower_columns(auto_state_t *s);
 
 /* First fit repair (auto_repair.c). On entry s->bins and s->item_bin hold
- * first fit decreasing over `top` x dp micro-batches with every item placed.
+ * a packing over `top` x dp micro-batches with every item placed (first fit
+ * decreasing, or micro-batch completion).
  * Tries top - group, top - 2 group, ... (not below lo): each count takes the
  * items of the micro-batches beyond it and places them into the others
  * (swaps gather room); stops at the first count that fails. *count is the
@@ -121,6 +122,25 @@ int pk_auto_lower_columns(auto_state_t *s);
 int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
                         uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin,
                         uint32_t *count);
+
+/* Micro-batch completion (auto_complete.c), PACKED: fills micro-batches
+ * one at a time, the largest item left first, then the largest that fits,
+ * then the last item exchanged for a pair that fills more (the smallest
+ * item left and the largest beside it). `order` is size-descending. Writes
+ * bins[0 .. nbins) (zeroed first) and item_bin; *used is the number of
+ * micro-batches filled, in front. PK_EPRECOND when the items need more
+ * than nbins; PK_ENOMEM. */
+int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t nbins,
+                          pk_bin_t *bins, uint32_t *item_bin, uint32_t *used);
+
+/* Where first fit decreasing (s->bins, s->item_bin: every item placed in
+ * `top` x dp micro-batches) needs more than lo columns: micro-batch
+ * completion where it needs fewer than top, else first fit; either
+ * repaired down (pk_auto_repair_down) towards lo. *count and s->bins,
+ * s->item_bin as pk_auto_repair_down leaves them. save_* as there. Returns
+ * 0 or PK_ENOMEM. */
+int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
+                    uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin, uint32_t *count);
 
 /* PADDED (auto_padded.c). A run of the width-sorted order: a micro-batch
  * whose widest row is the run's first. */

@@ -15,7 +15,9 @@
  * an item into the first micro-batch with room, so micro-batches after the
  * first c x dp never change the choice among them. So one first fit pass
  * gives the leftovers of every count, and the repair walks the counts down
- * from the pass's own one. */
+ * from the pass's own one. It takes any packing alike (micro-batch
+ * completion, auto_complete.c, fills its micro-batches in order too): the
+ * leftovers of a count are the items beyond it. */
 #include <stdlib.h>
 #include <string.h>
 

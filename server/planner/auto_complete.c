@@ -1,0 +1,301 @@
+/* Micro-batch completion: a PACKED packing for batches that nearly fill
+ * their micro-batches, where first fit decreasing ends above the bound.
+ *
+ * First fit decreasing places items largest first into the first
+ * micro-batch with room, so its late micro-batches hold items of nearly one
+ * size (seven of 2322 tokens and 131 left, while no item left is that
+ * small), and those remainders add up to micro-batches beyond the bound.
+ * This packing fills one micro-batch at a time instead: the largest item
+ * left opens it, then the largest item left that fits joins, while one
+ * fits. When room is left, the last item is exchanged for a pair where the
+ * pair fills more: the smallest item left and the largest item left that
+ * fits beside it (once per micro-batch). While items of many sizes are left the pair fills the
+ * micro-batch nearly exactly, and the smallest items, which everything else
+ * leaves for last, are spent one per micro-batch where they close a gap.
+ *
+ * The items are kept as counts per distinct size: the largest size left
+ * that fits a room is a lookup in an index by size (a binary search within
+ * one of its buckets when the cap is above 2^16) and a
+ * next-set-bit query over the sizes with items left (a bit set with
+ * summary words), so a micro-batch costs O(items x log sizes). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "auto_internal.h"
+
+/* Levels of the bit set: 64^5 bits cover any item count the planner takes. */
+#define PK_SET_LEVELS 5
+#define PK_NONE UINT32_MAX
+
+/* A set of integers in [0, size) with next and previous queries: level 0
+ * has one bit per integer, each higher level one bit per nonzero word of
+ * the level below; the top level is one word. */
+typedef struct rank_set {
+  uint32_t levels;
+  uint32_t words[PK_SET_LEVELS];
+  uint64_t *w[PK_SET_LEVELS];
+} rank_set_t;
+
+static int set_init(rank_set_t *rs, uint32_t size) {
+  memset(rs, 0, sizeof *rs);
+  uint32_t bits = size;
+  do {
+    uint32_t words = (bits + 63) / 64;
+    rs->words[rs->levels] = words;
+    rs->w[rs->levels] = pk_calloc(words, sizeof(uint64_t));
+    if (rs->w[rs->levels] == NULL)
+      return PK_ENOMEM;
+    rs->levels++;
+    bits = words;
+  } while (bits > 1 && rs->levels < PK_SET_LEVELS);
+  return 0;
+}
+
+static void set_free(rank_set_t *rs) {
+  for (uint32_t l = 0; l < rs->levels; l++)
+    free(rs->w[l]);
+}
+
+static void set_add(rank_set_t *rs, uint32_t i) {
+  for (uint32_t l = 0; l < rs->levels; l++, i >>= 6) {
+    uint64_t *word = &rs->w[l][i >> 6];
+    bool was_empty = *word == 0;
+    *word |= 1ull << (i & 63);
+    if (!was_empty)
+      return;
+  }
+}
+
+static void set_remove(rank_set_t *rs, uint32_t i) {
+  for (uint32_t l = 0; l < rs->levels; l++, i >>= 6) {
+    uint64_t *word = &rs->w[l][i >> 6];
+    *word &= ~(1ull << (i & 63));
+    if (*word != 0)
+      return;
+  }
+}
+
+/* The least member >= i, or PK_NONE. */
+static uint32_t set_next(const rank_set_t *rs, uint32_t i) {
+  for (uint32_t l = 0; l < rs->levels; l++) {
+    uint32_t wi = i >> 6;
+    if (wi >= rs->words[l])
+      return PK_NONE;
+    uint64_t bits = rs->w[l][wi] & (~0ull << (i & 63));
+    if (bits != 0) {
+      i = wi * 64 + (uint32_t)__builtin_ctzll(bits);
+      while (l-- > 0)
+        i = i * 64 + (uint32_t)__builtin_ctzll(rs->w[l][i]);
+      return i;
+    }
+    i = wi + 1;
+  }
+  return PK_NONE;
+}
+
+/* The greatest member <= i, or PK_NONE. */
+static uint32_t set_prev(const rank_set_t *rs, uint32_t i) {
+  for (uint32_t l = 0; l < rs->levels; l++) {
+    uint32_t wi = i >> 6;
+    uint64_t bits = rs->w[l][wi] & (~0ull >> (63 - (i & 63)));
+    if (bits != 0) {
+      i = wi * 64 + 63 - (uint32_t)__builtin_clzll(bits);
+      while (l-- > 0)
+        i = i * 64 + 63 - (uint32_t)__builtin_clzll(rs->w[l][i]);
+      return i;
+    }
+    if (wi == 0)
+      return PK_NONE;
+    i = wi - 1;
+  }
+  return PK_NONE;
+}
+
+/* The items by distinct size. Rank r is the r-th largest size; its items
+ * are order[first[r] .. first[r + 1]), taken front to back: taken[r] of
+ * them are placed. `left` holds the ranks with items not placed. */
+typedef struct size_pool {
+  const uint32_t *order;
+  uint32_t ranks;
+  uint64_t *size;  /* Per rank. */
+  uint32_t *first; /* ranks + 1 entries. */
+  uint32_t *taken; /* Per rank. */
+  rank_set_t left;
+  /* A search index: le[i] is the first rank whose size is <= i << shift,
+   * for i in [0, cap >> shift] (p->ranks when none is). */
+  uint32_t *le;
+  uint32_t shift;
+  uint64_t le_last;
+} size_pool_t;
+
+/* Entries of the search index at most: 2^16 (256 KiB). */
+#define PK_POOL_INDEX_BITS 16
+
+static int pool_index(size_pool_t *p, uint64_t cap) {
+  while ((cap >> p->shift) >> PK_POOL_INDEX_BITS != 0)
+    p->shift++;
+  p->le_last = cap >> p->shift;
+  p->le = pk_malloc_array(p->le_last + 1, sizeof *p->le);
+  if (p->le == NULL)
+    return PK_ENOMEM;
+  uint32_t r = p->ranks;
+  for (uint64_t i = 0; i <= p->le_last; i++) {
+    uint64_t x = i << p->shift;
+    while (r > 0 && p->size[r - 1] <= x)
+      r--;
+    p->le[i] = r;
+  }
+  return 0;
+}
+
+/* The rank of the largest size left that is <= room (room <= cap), or
+ * PK_NONE. */
+static uint32_t pool_best(const size_pool_t *p, uint64_t room) {
+  uint64_t i = room >> p->shift;
+  uint32_t hi = p->le[i];
+  uint32_t lo = i < p->le_last ? p->le[i + 1] : 0;
+  while (lo < hi) {
+    uint32_t mid = lo + (hi - lo) / 2;
+    if (p->size[mid] <= room)
+      hi = mid;
+    else
+      lo = mid + 1;
+  }
+  return lo == p->ranks ? PK_NONE : set_next(&p->left, lo);
+}
+
+/* Takes the next item of rank r; returns its item number. */
+static uint32_t pool_take(size_pool_t *p, uint32_t r) {
+  uint32_t k = p->order[p->first[r] + p->taken[r]++];
+  if (p->first[r] + p->taken[r] == p->first[r + 1])
+    set_remove(&p->left, r);
+  return k;
+}
+
+/* Puts back the item of rank r taken last. */
+static void pool_put(size_pool_t *p, uint32_t r) {
+  if (p->first[r] + p->taken[r] == p->first[r + 1])
+    set_add(&p->left, r);
+  p->taken[r]--;
+}
+
+/* Fills one micro-batch from the pool into items[]; returns its count. */
+static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, uint32_t *items) {
+  uint64_t room = cap;
+  uint32_t top = 0, last = PK_NONE; /* last: the rank of items[top - 1]. */
+  while (top < max_seqs) {
+    uint32_t r = pool_best(p, room);
+    if (r == PK_NONE)
+      break;
+    items[top++] = pool_take(p, r);
+    room -= p->size[r];
+    last = r;
+  }
+  /* Room left: the last item for the smallest item left and the largest
+   * that fits beside it, where the pair fills more. Once per micro-batch:
+   * repeating it spends the smallest items faster than the gaps they close
+   * are worth (measured in the note on issue 2, session 16). */
+  if (room == 0 || top < 2 || top >= max_seqs)
+    return top;
+  uint64_t with = room + p->size[last];
+  pool_put(p, last);
+  uint32_t ry = set_prev(&p->left, p->ranks - 1);
+  if (ry != PK_NONE && p->size[ry] <= with) {
+    uint32_t y = pool_take(p, ry);
+    uint32_t rx = pool_best(p, with - p->size[ry]);
+    if (rx != PK_NONE && p->size[rx] + p->size[ry] > p->size[last]) {
+      items[top - 1] = y;
+      items[top++] = pool_take(p, rx);
+      return top;
+    }
+    pool_put(p, ry);
+  }
+  items[top - 1] = pool_take(p, last);
+  return top;
+}
+
+int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t nbins,
+                          pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n;
+  int rc = 0;
+  size_pool_t p = {.order = order};
+  /* The items of the micro-batch being filled. */
+  uint32_t *items = pk_malloc_array(n, sizeof *items);
+  p.size = pk_malloc_array(n, sizeof *p.size);
+  p.first = pk_malloc_array((size_t)n + 1, sizeof *p.first);
+  p.taken = pk_calloc(n, sizeof *p.taken);
+  if (items == NULL || p.size == NULL || p.first == NULL || p.taken == NULL ||
+      set_init(&p.left, n) != 0) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  for (uint32_t j = 0; j < n; j++) {
+    uint64_t size = ctx->size[order[j]];
+    if (j == 0 || size != p.size[p.ranks - 1]) {
+      p.size[p.ranks] = size;
+      p.first[p.ranks] = j;
+      set_add(&p.left, p.ranks);
+      p.ranks++;
+    }
+  }
+  p.first[p.ranks] = n;
+  if (pool_index(&p, cfg->cap) != 0) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  memset(bins, 0, (size_t)nbins * sizeof *bins);
+
+  uint32_t placed = 0, b = 0;
+  for (; placed < n; b++) {
+    if (b == nbins) {
+      rc = PK_EPRECOND;
+      goto done;
+    }
+    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, items);
+    for (uint32_t q = 0; q < top; q++) {
+      pk_bin_add(ctx, &bins[b], items[q]);
+      item_bin[items[q]] = b;
+    }
+    placed += top;
+  }
+  *used = b;
+done:
+  free(items);
+  free(p.size);
+  free(p.first);
+  free(p.taken);
+  free(p.le);
+  set_free(&p.left);
+  return rc;
+}
+
+/* Moves the packing in bins / item_bin (count x dp micro-batches, from
+ * pk_auto_pack_complete) into s, over `top` x dp micro-batches. */
+static void adopt(auto_state_t *s, uint32_t count, uint32_t top, const pk_bin_t *bins,
+                  const uint32_t *item_bin) {
+  size_t dp = s->dp;
+  memcpy(s->bins, bins, count * dp * sizeof *s->bins);
+  memset(s->bins + count * dp, 0, (top - count) * dp * sizeof *s->bins);
+  memcpy(s->item_bin, item_bin, (size_t)s->ctx->n * sizeof *s->item_bin);
+}
+
+int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
+                    uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin, uint32_t *count) {
+  uint32_t dp = s->dp, used = 0;
+  *count = top;
+  /* Completion first (it reaches lower counts than the repair of first fit
+   * on the bench's random rollout batches, measured in the note on issue
+   * 2, session 16); the repair of first fit where completion needs top or
+   * more. */
+  int rc = pk_auto_pack_complete(s, order, (top - group) * dp, save_bins, save_item_bin, &used);
+  if (rc == PK_ENOMEM)
+    return rc;
+  if (rc != 0)
+    return pk_auto_repair_down(s, order, lo, top, group, save_bins, save_item_bin, count);
+  uint32_t c = (uint32_t)pk_round_up((used + dp - 1) / dp, group);
+  adopt(s, c, top, save_bins, save_item_bin);
+  *count = c;
+  return pk_auto_repair_down(s, order, lo, c, group, save_bins, save_item_bin, count);
+}
