@@ -23,6 +23,9 @@
 
 #include "auto_internal.h"
 
+/* Completion packings tried per count (pk_auto_tighten). */
+#define PK_COMPLETE_TRIES 3
+
 /* Levels of the bit set: 64^5 bits cover any item count the planner takes. */
 #define PK_SET_LEVELS 5
 #define PK_NONE UINT32_MAX
@@ -179,8 +182,11 @@ static void pool_put(size_pool_t *p, uint32_t r) {
   p->taken[r]--;
 }
 
-/* Fills one micro-batch from the pool into items[]; returns its count. */
-static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, uint32_t *items) {
+/* Fills one micro-batch from the pool into items[]; returns its count and
+ * leaves the room it has left in *left. The pair exchange is tried only
+ * where more than `allow` tokens of room are left. */
+static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, double allow,
+                         uint32_t *items, uint64_t *left) {
   uint64_t room = cap;
   uint32_t top = 0, last = PK_NONE; /* last: the rank of items[top - 1]. */
   while (top < max_seqs) {
@@ -195,7 +201,8 @@ static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, uint32
    * that fits beside it, where the pair fills more. Once per micro-batch:
    * repeating it spends the smallest items faster than the gaps they close
    * are worth (measured in the note on issue 2, session 16). */
-  if (room == 0 || top < 2 || top >= max_seqs)
+  *left = room;
+  if (room == 0 || (double)room <= allow || top < 2 || top >= max_seqs)
     return top;
   uint64_t with = room + p->size[last];
   pool_put(p, last);
@@ -206,6 +213,7 @@ static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, uint32
     if (rx != PK_NONE && p->size[rx] + p->size[ry] > p->size[last]) {
       items[top - 1] = y;
       items[top++] = pool_take(p, rx);
+      *left = with - p->size[ry] - p->size[rx];
       return top;
     }
     pool_put(p, ry);
@@ -214,8 +222,8 @@ static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, uint32
   return top;
 }
 
-int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t nbins,
-                          pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
+int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t target,
+                          uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
   const pk_ctx_t *ctx = s->ctx;
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
@@ -231,8 +239,11 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
     rc = PK_ENOMEM;
     goto done;
   }
+  /* The room the micro-batches may leave in all, were they target. */
+  double budget = (double)target * (double)cfg->cap;
   for (uint32_t j = 0; j < n; j++) {
     uint64_t size = ctx->size[order[j]];
+    budget -= (double)size;
     if (j == 0 || size != p.size[p.ranks - 1]) {
       p.size[p.ranks] = size;
       p.first[p.ranks] = j;
@@ -253,7 +264,13 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
       rc = PK_EPRECOND;
       goto done;
     }
-    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, items);
+    /* The pair exchange spends the smallest items, which later
+     * micro-batches may need more: it is tried only where the room left
+     * exceeds this micro-batch's share of the budget left. */
+    double allow = b < target ? budget / (double)(target - b) : 0;
+    uint64_t left = 0;
+    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, allow, items, &left);
+    budget -= (double)left;
     for (uint32_t q = 0; q < top; q++) {
       pk_bin_add(ctx, &bins[b], items[q]);
       item_bin[items[q]] = b;
@@ -283,19 +300,23 @@ static void adopt(auto_state_t *s, uint32_t count, uint32_t top, const pk_bin_t 
 
 int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
                     uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin, uint32_t *count) {
-  uint32_t dp = s->dp, used = 0;
-  *count = top;
+  uint32_t dp = s->dp, best = top;
   /* Completion first (it reaches lower counts than the repair of first fit
    * on the bench's random rollout batches, measured in the note on issue
-   * 2, session 16); the repair of first fit where completion needs top or
-   * more. */
-  int rc = pk_auto_pack_complete(s, order, (top - group) * dp, save_bins, save_item_bin, &used);
-  if (rc == PK_ENOMEM)
-    return rc;
-  if (rc != 0)
-    return pk_auto_repair_down(s, order, lo, top, group, save_bins, save_item_bin, count);
-  uint32_t c = (uint32_t)pk_round_up((used + dp - 1) / dp, group);
-  adopt(s, c, top, save_bins, save_item_bin);
-  *count = c;
-  return pk_auto_repair_down(s, order, lo, c, group, save_bins, save_item_bin, count);
+   * 2, session 16), aiming at lo, then at one group more while that is
+   * below the best count so far, at most PK_COMPLETE_TRIES times; the
+   * repair of first fit where completion needs top or more. */
+  uint32_t t = lo;
+  for (int tries = 0; tries < PK_COMPLETE_TRIES && t < best; tries++, t += group) {
+    uint32_t used = 0;
+    int rc = pk_auto_pack_complete(s, order, t * dp, (best - group) * dp, save_bins, save_item_bin,
+                                   &used);
+    if (rc == PK_ENOMEM)
+      return rc;
+    if (rc == 0) {
+      best = (uint32_t)pk_round_up((used + dp - 1) / dp, group);
+      adopt(s, best, top, save_bins, save_item_bin);
+    }
+  }
+  return pk_auto_repair_down(s, order, lo, best, group, save_bins, save_item_bin, count);
 }

@@ -24,7 +24,7 @@ static void size_order(const fx_t *f, uint32_t *order) {
 
 /* Packs f's items into at most nbins micro-batches; checks the packing
  * when it fits and returns pk_auto_pack_complete's code. */
-static int pack_and_check(const fx_t *f, uint32_t nbins, uint32_t *used) {
+static int pack_and_check(const fx_t *f, uint32_t target, uint32_t nbins, uint32_t *used) {
   uint32_t n = f->n;
   uint32_t *order = calloc(n, sizeof *order);
   uint32_t *item_bin = calloc(n, sizeof *item_bin);
@@ -36,7 +36,7 @@ static int pack_and_check(const fx_t *f, uint32_t nbins, uint32_t *used) {
   assert_non_null(again);
   size_order(f, order);
   auto_state_t s = {.ctx = &f->ctx, .dp = f->cfg.dp};
-  int rc = pk_auto_pack_complete(&s, order, nbins, bins, item_bin, used);
+  int rc = pk_auto_pack_complete(&s, order, target, nbins, bins, item_bin, used);
   if (rc == 0) {
     assert_true(*used <= nbins);
     /* Every item in one micro-batch in front; the micro-batches' sums and
@@ -83,28 +83,29 @@ static void test_complete_props(void **state) {
     fx_init(&f, lens, n, 1, PK_MODE_PACKED, cap);
     if (test_below(&r, 3) == 0)
       f.cfg.max_seqs = 1 + test_below(&r, 6);
-    uint32_t used = 0;
-    assert_int_equal(pack_and_check(&f, n, &used), 0);
+    uint32_t target = test_below(&r, n + 1), used = 0;
+    assert_int_equal(pack_and_check(&f, target, n, &used), 0);
     /* The same packing again (deterministic), and one micro-batch fewer
      * does not fit. */
     uint32_t used2 = 0;
-    assert_int_equal(pack_and_check(&f, used, &used2), 0);
+    assert_int_equal(pack_and_check(&f, target, used, &used2), 0);
     assert_int_equal(used2, used);
-    assert_int_equal(pack_and_check(&f, used - 1, &used2), PK_EPRECOND);
+    assert_int_equal(pack_and_check(&f, target, used - 1, &used2), PK_EPRECOND);
     fx_free(&f);
     free(lens);
   }
 }
 
 /* The pair exchange: {6, 5} leave 1 of 12 where no item fits; the last
- * item 5 for the smallest, 2, and the largest beside it, 4, fills 12. */
+ * item 5 for the smallest, 2, and the largest beside it, 4, fills 12 (no
+ * target: the exchange wherever room is left). */
 static void test_complete_pair(void **state) {
   (void)state;
   const uint32_t lens[] = {6, 5, 4, 2};
   fx_t f;
   fx_init(&f, lens, 4, 1, PK_MODE_PACKED, 12);
   uint32_t used = 0;
-  assert_int_equal(pack_and_check(&f, 2, &used), 0);
+  assert_int_equal(pack_and_check(&f, 0, 2, &used), 0);
   assert_int_equal(used, 2);
   /* Without the exchange, first fit's {6, 5} and {4, 2} would fill the
    * same count; here the first micro-batch is full. */
@@ -112,38 +113,49 @@ static void test_complete_pair(void **state) {
   pk_bin_t bins[2];
   size_order(&f, order);
   auto_state_t s = {.ctx = &f.ctx, .dp = 1};
-  assert_int_equal(pk_auto_pack_complete(&s, order, 2, bins, item_bin, &used), 0);
+  assert_int_equal(pk_auto_pack_complete(&s, order, 0, 2, bins, item_bin, &used), 0);
   assert_int_equal(bins[0].sum, 12);
   assert_int_equal(item_bin[1], 1); /* The 5 moved on. */
+  /* Aiming at 2 micro-batches, 7 tokens of room may be left in all, 3.5
+   * each: the gap of 1 is within the first one's share, so the smallest
+   * item is kept for later and {6, 5} stays. */
+  assert_int_equal(pk_auto_pack_complete(&s, order, 2, 2, bins, item_bin, &used), 0);
+  assert_int_equal(bins[0].sum, 11);
+  assert_int_equal(bins[1].sum, 6);
   fx_free(&f);
 }
 
-/* Nearly full RL batches (test_rl_length, responses up to 15360 tokens,
- * cap 16384, one rank): first fit decreasing and its repair ended one
- * micro-batch above the bound on each of these seeds (two above on n =
+/* Nearly full RL batches (test_rl_length, responses up to cap - 1024
+ * tokens). Cap 16384, one rank: first fit decreasing and its repair ended
+ * one micro-batch above the bound on each of these seeds (two above on n =
  * 4096 seed 7); completion reaches the bound (n = 4096 seed 7: one above,
- * the bound there is not known to be reachable). */
+ * the bound there is not known to be reachable). Cap 8192, DP 8, where a
+ * quarter of the items exceed half the cap: completion without the budget
+ * on its pair exchanges ended one above the bound on n = 4096 seed 4 and
+ * n = 8192 seed 1, two above on n = 8192 seed 46. */
 static void test_complete_reaches_bound(void **state) {
   (void)state;
   static const struct {
-    uint32_t n;
-    uint64_t seed;
+    uint32_t n, dp;
+    uint64_t cap, seed;
     uint32_t above;
-  } cases[] = {{1024, 2, 0}, {1024, 5, 0}, {2048, 2, 0}, {2048, 7, 0},
-               {4096, 5, 0}, {4096, 8, 0}, {4096, 7, 1}};
+  } cases[] = {{1024, 1, 16384, 2, 0}, {1024, 1, 16384, 5, 0}, {2048, 1, 16384, 2, 0},
+               {2048, 1, 16384, 7, 0}, {4096, 1, 16384, 5, 0}, {4096, 1, 16384, 8, 0},
+               {4096, 1, 16384, 7, 1}, {4096, 8, 8192, 4, 0},  {8192, 8, 8192, 1, 0},
+               {8192, 8, 8192, 46, 1}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     uint32_t n = cases[c].n;
     uint32_t *lens = calloc(n, sizeof *lens);
     assert_non_null(lens);
     test_rng_t r = {cases[c].seed};
     for (uint32_t k = 0; k < n; k++)
-      lens[k] = test_rl_length(&r, 15360);
+      lens[k] = test_rl_length(&r, (uint32_t)cases[c].cap - 1024);
     pk_request_t req;
     memset(&req, 0, sizeof req);
     req.lengths = lens;
     req.n = n;
-    req.parallel.dp = 1;
-    req.batching.max_tokens = 16384;
+    req.parallel.dp = cases[c].dp;
+    req.batching.max_tokens = cases[c].cap;
     pk_plan_t *plan = NULL;
     char err[256];
     assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
