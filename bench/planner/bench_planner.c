@@ -19,6 +19,7 @@
 
 #include "pk_planner.h"
 #include "rounds.h"
+#include "sweep.h"
 
 #ifndef PK_SOURCE_DIR
 #define PK_SOURCE_DIR "."
@@ -93,21 +94,26 @@ static int load_file(const char *path, workload_t *w) {
 }
 
 /* Generated RL rollout: prompt U[64, 1024], response log-normal with
- * median 1500 (mu = ln 1500, sigma = 1) truncated at RESP_MAX, and 3 % of
- * responses at RESP_MAX (generations cut by the length limit). RESP_MAX =
- * 15360 keeps every total within 16384, the smaller cap. */
+ * median 1500 (mu = ln 1500, sigma = 1) truncated at resp_max, and 3 % of
+ * responses at resp_max (generations cut by the length limit). RESP_MAX =
+ * 15360, the grid's, keeps every total within 16384, the smaller cap. */
 #define RESP_MAX 15360u
-static void gen_rollout(uint64_t seed, uint32_t n, uint32_t *len, uint32_t *loss) {
+static void gen_rollout_to(uint64_t seed, uint32_t n, uint32_t resp_max, uint32_t *len,
+                           uint32_t *loss) {
   uint64_t s = seed;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t prompt = 64 + (uint32_t)(rng_next(&s) % 961);
     double u1 = rng_unit(&s) + 1e-300, u2 = rng_unit(&s);
     double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
     double r = exp(log(1500.0) + z);
-    uint32_t resp = r >= RESP_MAX || rng_unit(&s) < 0.03 ? RESP_MAX : (uint32_t)r;
+    uint32_t resp = r >= resp_max || rng_unit(&s) < 0.03 ? resp_max : (uint32_t)r;
     len[i] = prompt + resp;
     loss[i] = resp;
   }
+}
+
+static void gen_rollout(uint64_t seed, uint32_t n, uint32_t *len, uint32_t *loss) {
+  gen_rollout_to(seed, n, RESP_MAX, len, loss);
 }
 
 /* ---- A tighter lower bound on micro-batches per rank ---------------------- */
@@ -773,52 +779,9 @@ int main(int argc, char **argv) {
              r[1].ms, r[1].st.dp_imbalance);
     }
   }
-  /* Micro-batch counts over many random rollout batches: the grid above has
-   * one batch per configuration, and near 100 % token fill whether first
-   * fit (and its repair) reaches the bound depends on the batch. */
-  if (!quick) {
-    enum { SWEEP = 20 };
-    printf("\n## AUTO micro-batches per rank over %d random rollout batches (n = 65536, "
-           "PACKED)\n\n",
-           SWEEP);
-    printf("| dp | cap | = LB | LB+1 | above LB+1 | worst | median ms |\n");
-    printf("|---:|---:|---:|---:|---:|---:|---:|\n");
-    static const uint32_t sweep_dps[] = {8, 64};
-    static const uint64_t sweep_caps[] = {16384, 32768};
-    for (size_t di = 0; di < 2; di++) {
-      for (size_t ci = 0; ci < 2; ci++) {
-        uint32_t at[3] = {0, 0, 0}, worst = 0;
-        double ms[SWEEP];
-        for (uint32_t b = 0; b < SWEEP; b++) {
-          fprintf(stderr, "[sweep %6.1fs] dp=%u cap=%llu batch %u\n",
-                  (bench_now_ms() - t_start) / 1e3, sweep_dps[di],
-                  (unsigned long long)sweep_caps[ci], b);
-          gen_rollout(0x73770000ull + b, 65536, len, loss);
-          pk_request_t req;
-          memset(&req, 0, sizeof req);
-          req.lengths = len;
-          req.loss_tokens = loss;
-          req.n_loss_tokens = 65536;
-          req.n = 65536;
-          req.parallel.dp = sweep_dps[di];
-          req.batching.max_tokens = sweep_caps[ci];
-          result_t r;
-          measure(&req, 1, &r);
-          if (r.failed) {
-            printf("batch %u failed: %s\n", b, r.why);
-            return 1;
-          }
-          ms[b] = r.ms;
-          uint32_t over = r.st.micro_batches_per_rank - r.st.micro_batches_lower_bound;
-          at[over < 2 ? over : 2]++;
-          worst = over > worst ? over : worst;
-        }
-        qsort(ms, SWEEP, sizeof ms[0], bench_cmp_ms);
-        printf("| %u | %llu | %u | %u | %u | LB+%u | %.1f |\n", sweep_dps[di],
-               (unsigned long long)sweep_caps[ci], at[0], at[1], at[2], worst, ms[SWEEP / 2]);
-      }
-    }
-  }
+  /* Micro-batch counts over many random rollout batches (sweep.c). */
+  if (!quick && sweep_run(gen_rollout_to, RESP_MAX, t_start) != 0)
+    return 1;
   fprintf(stderr, "bench_planner: done in %.1f s\n", (bench_now_ms() - t_start) / 1e3);
 
   free(len);

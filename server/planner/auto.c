@@ -21,7 +21,7 @@
  *     first count first fit fills, and is that count's packing; when that
  *     count is above the bound, pk_auto_tighten tries fewer: micro-batch
  *     completion (auto_complete.c: one micro-batch at a time, its last gap
- *     closed by a pair) where it needs fewer, else first fit, then
+ *     closed by an exchange of its last items) where it needs fewer, else first fit, then
  *     pk_auto_repair_down (auto_repair.c): the items beyond a count go in
  *     after swaps gather room. The column packings are not tried at such a
  *     count, nor where first fit is already within 0.1 % of the step bound.

@@ -7,21 +7,32 @@
  * small), and those remainders add up to micro-batches beyond the bound.
  * This packing fills one micro-batch at a time instead: the largest item
  * left opens it, then the largest item left that fits joins, while one
- * fits. When room is left, the last item is exchanged for a pair where the
- * pair fills more: the smallest item left and the largest item left that
- * fits beside it (once per micro-batch). While items of many sizes are left the pair fills the
- * micro-batch nearly exactly, and the smallest items, which everything else
- * leaves for last, are spent one per micro-batch where they close a gap.
+ * fits. When room is left, the last k items (k <= 4, never the first) are
+ * exchanged for the k smallest items left and the largest item left that
+ * fits beside them, with the k that leaves the least room, where that
+ * fills more. While items of many sizes are left this fills the
+ * micro-batch nearly exactly; where only items of one size class are left
+ * (eight of about 1000 tokens under a cap of 8192), k > 1 mixes the larger
+ * and the smaller ones, which no single exchange can.
+ *
+ * The exchanges spend the smallest items, which later micro-batches need
+ * as much: a micro-batch tries them only where its room left exceeds its
+ * share of the room all micro-batches may leave at the count aimed at
+ * (the budget: count x cap - tokens, less what earlier micro-batches
+ * left). pk_auto_tighten aims at the bound first, then one group more.
  *
  * The items are kept as counts per distinct size: the largest size left
  * that fits a room is a lookup in an index by size (a binary search within
- * one of its buckets when the cap is above 2^16) and a
- * next-set-bit query over the sizes with items left (a bit set with
- * summary words), so a micro-batch costs O(items x log sizes). */
+ * one of its buckets when the cap is above 2^16) and a next-set-bit query
+ * over the sizes with items left (a bit set with summary words), so a
+ * micro-batch costs O(items x log sizes). */
 #include <stdlib.h>
 #include <string.h>
 
 #include "auto_internal.h"
+
+/* Items the exchange at the end of a micro-batch takes out at most. */
+#define PK_EXCHANGE_MAX 4
 
 /* Completion packings tried per count (pk_auto_tighten). */
 #define PK_COMPLETE_TRIES 3
@@ -182,43 +193,88 @@ static void pool_put(size_pool_t *p, uint32_t r) {
   p->taken[r]--;
 }
 
-/* Fills one micro-batch from the pool into items[]; returns its count and
- * leaves the room it has left in *left. The pair exchange is tried only
- * where more than `allow` tokens of room are left. */
+/* Exchanges the last k items of the micro-batch being filled (items and
+ * their ranks, *top of them, `room` left) for the k smallest items left and
+ * the largest item left that fits beside them. Returns the room the
+ * exchange leaves, or UINT64_MAX where it does not fill more than the k
+ * items did. With `apply` the exchange is made where it fills more
+ * (items, ranks and *top updated); otherwise the pool and the micro-batch
+ * are left as they were (the pool takes and puts back in LIFO order per
+ * size, so the same items come back). */
+static uint64_t exchange(size_pool_t *p, uint32_t *items, uint32_t *ranks, uint32_t *top,
+                         uint32_t k, uint64_t room, bool apply) {
+  uint32_t t = *top, small_rank[PK_EXCHANGE_MAX], small_item[PK_EXCHANGE_MAX], taken = 0;
+  uint64_t with = room;
+  for (uint32_t q = t; q-- > t - k;) {
+    with += p->size[ranks[q]];
+    pool_put(p, ranks[q]);
+  }
+  uint64_t out = with - room, in = 0;
+  bool fits = true;
+  for (; taken < k; taken++) {
+    uint32_t r = set_prev(&p->left, p->ranks - 1);
+    if (r == PK_NONE || in + p->size[r] > with) {
+      fits = false;
+      break;
+    }
+    small_item[taken] = pool_take(p, r);
+    small_rank[taken] = r;
+    in += p->size[r];
+  }
+  uint32_t rx = fits ? pool_best(p, with - in) : PK_NONE;
+  uint64_t left = UINT64_MAX;
+  if (rx != PK_NONE && in + p->size[rx] > out)
+    left = with - in - p->size[rx];
+  if (apply && left != UINT64_MAX) {
+    for (uint32_t q = 0; q < k; q++) {
+      items[t - k + q] = small_item[q];
+      ranks[t - k + q] = small_rank[q];
+    }
+    ranks[t] = rx;
+    items[t] = pool_take(p, rx);
+    *top = t + 1;
+    return left;
+  }
+  while (taken-- > 0)
+    pool_put(p, small_rank[taken]);
+  for (uint32_t q = t - k; q < t; q++)
+    items[q] = pool_take(p, ranks[q]);
+  return left;
+}
+
+/* Fills one micro-batch from the pool into items[] (their ranks in
+ * ranks[]); returns its count and leaves the room it has left in *left.
+ * The exchanges are tried only where more than `allow` tokens of room are
+ * left. */
 static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, double allow,
-                         uint32_t *items, uint64_t *left) {
+                         uint32_t *items, uint32_t *ranks, uint64_t *left) {
   uint64_t room = cap;
-  uint32_t top = 0, last = PK_NONE; /* last: the rank of items[top - 1]. */
+  uint32_t top = 0;
   while (top < max_seqs) {
     uint32_t r = pool_best(p, room);
     if (r == PK_NONE)
       break;
+    ranks[top] = r;
     items[top++] = pool_take(p, r);
     room -= p->size[r];
-    last = r;
   }
-  /* Room left: the last item for the smallest item left and the largest
-   * that fits beside it, where the pair fills more. Once per micro-batch:
-   * repeating it spends the smallest items faster than the gaps they close
-   * are worth (measured in the note on issue 2, session 16). */
+  /* Room left: the last k items (k < top, so not the largest) for the k
+   * smallest items left and the largest that fits beside them, the k that
+   * leaves the least room. One exchange per micro-batch. */
   *left = room;
   if (room == 0 || (double)room <= allow || top < 2 || top >= max_seqs)
     return top;
-  uint64_t with = room + p->size[last];
-  pool_put(p, last);
-  uint32_t ry = set_prev(&p->left, p->ranks - 1);
-  if (ry != PK_NONE && p->size[ry] <= with) {
-    uint32_t y = pool_take(p, ry);
-    uint32_t rx = pool_best(p, with - p->size[ry]);
-    if (rx != PK_NONE && p->size[rx] + p->size[ry] > p->size[last]) {
-      items[top - 1] = y;
-      items[top++] = pool_take(p, rx);
-      *left = with - p->size[ry] - p->size[rx];
-      return top;
+  uint32_t best_k = 0;
+  uint64_t best_left = room;
+  for (uint32_t k = 1; k <= PK_EXCHANGE_MAX && k < top && best_left != 0; k++) {
+    uint64_t l = exchange(p, items, ranks, &top, k, room, false);
+    if (l < best_left) {
+      best_left = l;
+      best_k = k;
     }
-    pool_put(p, ry);
   }
-  items[top - 1] = pool_take(p, last);
+  if (best_k != 0)
+    *left = exchange(p, items, ranks, &top, best_k, room, true);
   return top;
 }
 
@@ -231,10 +287,11 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
   size_pool_t p = {.order = order};
   /* The items of the micro-batch being filled. */
   uint32_t *items = pk_malloc_array(n, sizeof *items);
+  uint32_t *ranks = pk_malloc_array(n, sizeof *ranks);
   p.size = pk_malloc_array(n, sizeof *p.size);
   p.first = pk_malloc_array((size_t)n + 1, sizeof *p.first);
   p.taken = pk_calloc(n, sizeof *p.taken);
-  if (items == NULL || p.size == NULL || p.first == NULL || p.taken == NULL ||
+  if (items == NULL || ranks == NULL || p.size == NULL || p.first == NULL || p.taken == NULL ||
       set_init(&p.left, n) != 0) {
     rc = PK_ENOMEM;
     goto done;
@@ -264,12 +321,11 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
       rc = PK_EPRECOND;
       goto done;
     }
-    /* The pair exchange spends the smallest items, which later
-     * micro-batches may need more: it is tried only where the room left
-     * exceeds this micro-batch's share of the budget left. */
+    /* The exchange only where the room left exceeds this micro-batch's
+     * share of the budget left (see the top of this file). */
     double allow = b < target ? budget / (double)(target - b) : 0;
     uint64_t left = 0;
-    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, allow, items, &left);
+    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, allow, items, ranks, &left);
     budget -= (double)left;
     for (uint32_t q = 0; q < top; q++) {
       pk_bin_add(ctx, &bins[b], items[q]);
@@ -280,6 +336,7 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
   *used = b;
 done:
   free(items);
+  free(ranks);
   free(p.size);
   free(p.first);
   free(p.taken);

@@ -124,13 +124,14 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
                         uint32_t *count);
 
 /* Micro-batch completion (auto_complete.c), PACKED: fills micro-batches
- * one at a time, the largest item left first, then the largest that fits,
- * then the last item exchanged for a pair that fills more (the smallest
- * item left and the largest beside it) where the room left is more than the
- * micro-batch's share of the room `target` micro-batches would leave
- * (target 0: wherever room is left). `order` is size-descending. Writes bins[0 .. nbins) (zeroed
- * first) and item_bin; *used is the number of micro-batches filled, in front. PK_EPRECOND when the
- * items need more than nbins; PK_ENOMEM. */
+ * one at a time, the largest item left first, then the largest that fits;
+ * where more room is left than the micro-batch's share of the room
+ * `target` micro-batches would leave (target 0: wherever room is left), its
+ * last k <= 4 items are exchanged for the k smallest items left and the
+ * largest beside them, where that fills more. `order` is size-descending.
+ * Writes bins[0 .. nbins) (zeroed first) and item_bin; *used is the number
+ * of micro-batches filled, in front. PK_EPRECOND when the items need more
+ * than nbins; PK_ENOMEM. */
 int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t target,
                           uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used);
 

@@ -1,9 +1,10 @@
 /* Micro-batch completion (auto_complete.c): its packing obeys the cap and
  * max_seqs and places every item exactly once, on random batches with
  * zero-length items and repeated sizes; it says PK_EPRECOND when the items
- * need more micro-batches than it is given; and through pk_plan it brings
- * nearly full RL batches to the micro-batch bound where first fit and its
- * repair alone ended one or two above it. */
+ * need more micro-batches than it is given; its exchanges and budget act as
+ * documented; and through pk_plan it brings nearly full RL batches to the
+ * micro-batch bound, or one above, where first fit and its repair, or
+ * earlier forms of completion, ended one or two above it. */
 #include "compat_fixture.h"
 #include "plan_check.h"
 
@@ -125,14 +126,39 @@ static void test_complete_pair(void **state) {
   fx_free(&f);
 }
 
+/* The exchange of two items: {7, 6, 6} leave 1 of 20. One item out cannot
+ * fill more (a 6 out leaves 7: the smallest left, 3, and nothing of at most
+ * 4 beside it), but {6, 6} out leave 13: the two smallest, 3 and 5, and the
+ * largest of at most 5 beside them, 5, fill 20. */
+static void test_complete_exchange_two(void **state) {
+  (void)state;
+  const uint32_t lens[] = {7, 6, 6, 5, 5, 3};
+  fx_t f;
+  fx_init(&f, lens, 6, 1, PK_MODE_PACKED, 20);
+  uint32_t order[6], item_bin[6], used = 0;
+  pk_bin_t bins[2];
+  size_order(&f, order);
+  auto_state_t s = {.ctx = &f.ctx, .dp = 1};
+  assert_int_equal(pk_auto_pack_complete(&s, order, 0, 2, bins, item_bin, &used), 0);
+  assert_int_equal(used, 2);
+  assert_int_equal(bins[0].sum, 20);
+  assert_int_equal(bins[0].count, 4);
+  assert_int_equal(item_bin[0], 0); /* The 7 stays. */
+  assert_int_equal(item_bin[1], 1);
+  assert_int_equal(item_bin[2], 1);
+  fx_free(&f);
+}
+
 /* Nearly full RL batches (test_rl_length, responses up to cap - 1024
- * tokens). Cap 16384, one rank: first fit decreasing and its repair ended
- * one micro-batch above the bound on each of these seeds (two above on n =
- * 4096 seed 7); completion reaches the bound (n = 4096 seed 7: one above,
- * the bound there is not known to be reachable). Cap 8192, DP 8, where a
- * quarter of the items exceed half the cap: completion without the budget
- * on its pair exchanges ended one above the bound on n = 4096 seed 4 and
- * n = 8192 seed 1, two above on n = 8192 seed 46. */
+ * tokens); `above` is the most micro-batches per rank above the bound
+ * expected now. Cap 16384, one rank: first fit decreasing and its repair
+ * ended one micro-batch above the bound on each of these seeds (two above
+ * on n = 4096 seed 7). Cap 8192, where about a fifth of the items exceed
+ * half the cap: with DP 8, completion without the budget on its exchanges
+ * ended one above the bound on n = 4096 seed 4 and n = 8192 seed 1, two
+ * above on n = 8192 seed 46; with one or two ranks, completion exchanging
+ * only its last item ended two above on n = 2048 seed 1 and n = 4096 seed
+ * 2 (the bound there is not known to be reachable). */
 static void test_complete_reaches_bound(void **state) {
   (void)state;
   static const struct {
@@ -141,8 +167,8 @@ static void test_complete_reaches_bound(void **state) {
     uint32_t above;
   } cases[] = {{1024, 1, 16384, 2, 0}, {1024, 1, 16384, 5, 0}, {2048, 1, 16384, 2, 0},
                {2048, 1, 16384, 7, 0}, {4096, 1, 16384, 5, 0}, {4096, 1, 16384, 8, 0},
-               {4096, 1, 16384, 7, 1}, {4096, 8, 8192, 4, 0},  {8192, 8, 8192, 1, 0},
-               {8192, 8, 8192, 46, 1}};
+               {4096, 1, 16384, 7, 0}, {4096, 8, 8192, 4, 0},  {8192, 8, 8192, 1, 0},
+               {8192, 8, 8192, 46, 1}, {2048, 1, 8192, 1, 1},  {4096, 2, 8192, 2, 1}};
   for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
     uint32_t n = cases[c].n;
     uint32_t *lens = calloc(n, sizeof *lens);
@@ -160,8 +186,7 @@ static void test_complete_reaches_bound(void **state) {
     char err[256];
     assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
     check_plan(&req, plan);
-    if (plan->stats.micro_batches_per_rank !=
-        plan->stats.micro_batches_lower_bound + cases[c].above)
+    if (plan->stats.micro_batches_per_rank > plan->stats.micro_batches_lower_bound + cases[c].above)
       fail_msg("n %u seed %llu: %u micro-batches, bound %u", n, (unsigned long long)cases[c].seed,
                plan->stats.micro_batches_per_rank, plan->stats.micro_batches_lower_bound);
     pk_plan_free(plan);
@@ -173,6 +198,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_complete_props),
       cmocka_unit_test(test_complete_pair),
+      cmocka_unit_test(test_complete_exchange_two),
       cmocka_unit_test(test_complete_reaches_bound),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
