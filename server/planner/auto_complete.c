@@ -35,7 +35,7 @@
 #define PK_EXCHANGE_MAX 4
 
 /* Completion packings tried per count (pk_auto_tighten). */
-#define PK_COMPLETE_TRIES 3
+#define PK_COMPLETE_TRIES 4
 
 /* Levels of the bit set: 64^5 bits cover any item count the planner takes. */
 #define PK_SET_LEVELS 5
@@ -360,11 +360,14 @@ int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_
   uint32_t dp = s->dp, best = top;
   /* Completion first (it reaches lower counts than the repair of first fit
    * on the bench's random rollout batches, measured in the note on issue
-   * 2, session 16), aiming at lo, then at one group more while that is
-   * below the best count so far, at most PK_COMPLETE_TRIES times; the
-   * repair of first fit where completion needs top or more. */
+   * 2, session 16), aiming at lo, then at one group more while that is at
+   * most the best count so far (aiming at a count leaves a larger budget,
+   * and with it more of the smallest items for the last micro-batches, so
+   * it can reach a count below the one aimed at), at most
+   * PK_COMPLETE_TRIES times; the repair of first fit where completion
+   * needs top or more. */
   uint32_t t = lo;
-  for (int tries = 0; tries < PK_COMPLETE_TRIES && t < best; tries++, t += group) {
+  for (int tries = 0; tries < PK_COMPLETE_TRIES && t <= best; tries++, t += group) {
     uint32_t used = 0;
     int rc = pk_auto_pack_complete(s, order, t * dp, (best - group) * dp, save_bins, save_item_bin,
                                    &used);
