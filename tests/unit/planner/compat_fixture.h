@@ -98,6 +98,19 @@ static inline void fx_free(fx_t *f) {
   memset(f, 0, sizeof(*f));
 }
 
+/* The item numbers by size descending, ties by item number (the order the
+ * packers take; insertion sort, for small test batches). */
+static inline void fx_size_order(const fx_t *f, uint32_t *order) {
+  for (uint32_t i = 0; i < f->n; i++)
+    order[i] = i;
+  for (uint32_t i = 1; i < f->n; i++)
+    for (uint32_t j = i; j > 0 && f->size[order[j - 1]] < f->size[order[j]]; j--) {
+      uint32_t t = order[j];
+      order[j] = order[j - 1];
+      order[j - 1] = t;
+    }
+}
+
 /* A small deterministic generator (splitmix64) for property tests. */
 static inline uint64_t fx_rand(uint64_t *s) {
   uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);

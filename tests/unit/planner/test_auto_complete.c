@@ -11,18 +11,6 @@
 #include "auto_internal.h"
 #include "pk_planner.h"
 
-/* The size-descending order of the fixture's items (ties by item number). */
-static void size_order(const fx_t *f, uint32_t *order) {
-  for (uint32_t i = 0; i < f->n; i++)
-    order[i] = i;
-  for (uint32_t i = 1; i < f->n; i++)
-    for (uint32_t j = i; j > 0 && f->size[order[j - 1]] < f->size[order[j]]; j--) {
-      uint32_t t = order[j];
-      order[j] = order[j - 1];
-      order[j - 1] = t;
-    }
-}
-
 /* Packs f's items into at most nbins micro-batches; checks the packing
  * when it fits and returns pk_auto_pack_complete's code. */
 static int pack_and_check(const fx_t *f, uint32_t target, uint32_t nbins, uint32_t *used) {
@@ -35,7 +23,7 @@ static int pack_and_check(const fx_t *f, uint32_t target, uint32_t nbins, uint32
   assert_non_null(item_bin);
   assert_non_null(bins);
   assert_non_null(again);
-  size_order(f, order);
+  fx_size_order(f, order);
   auto_state_t s = {.ctx = &f->ctx, .dp = f->cfg.dp};
   int rc = pk_auto_pack_complete(&s, order, target, nbins, bins, item_bin, used);
   if (rc == 0) {
@@ -112,7 +100,7 @@ static void test_complete_pair(void **state) {
    * same count; here the first micro-batch is full. */
   uint32_t order[4], item_bin[4];
   pk_bin_t bins[2];
-  size_order(&f, order);
+  fx_size_order(&f, order);
   auto_state_t s = {.ctx = &f.ctx, .dp = 1};
   assert_int_equal(pk_auto_pack_complete(&s, order, 0, 2, bins, item_bin, &used), 0);
   assert_int_equal(bins[0].sum, 12);
@@ -137,7 +125,7 @@ static void test_complete_exchange_two(void **state) {
   fx_init(&f, lens, 6, 1, PK_MODE_PACKED, 20);
   uint32_t order[6], item_bin[6], used = 0;
   pk_bin_t bins[2];
-  size_order(&f, order);
+  fx_size_order(&f, order);
   auto_state_t s = {.ctx = &f.ctx, .dp = 1};
   assert_int_equal(pk_auto_pack_complete(&s, order, 0, 2, bins, item_bin, &used), 0);
   assert_int_equal(used, 2);

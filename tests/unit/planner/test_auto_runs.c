@@ -12,18 +12,6 @@
 #include "auto_internal.h"
 #include "pk_planner.h"
 
-/* The width order: sizes descending, ties by item number. */
-static void width_order(const fx_t *f, uint32_t *order) {
-  for (uint32_t i = 0; i < f->n; i++)
-    order[i] = i;
-  for (uint32_t i = 1; i < f->n; i++)
-    for (uint32_t j = i; j > 0 && f->size[order[j - 1]] < f->size[order[j]]; j--) {
-      uint32_t t = order[j];
-      order[j] = order[j - 1];
-      order[j - 1] = t;
-    }
-}
-
 static int cost_desc(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? 1 : (x > y ? -1 : 0);
@@ -138,7 +126,7 @@ static void test_search_keeps_runs_valid(void **state) {
     if (fx_below(&seed, 3) == 0)
       f.cfg.max_seqs = 2 + fx_below(&seed, 8);
     fx_build(&f);
-    width_order(&f, order);
+    fx_size_order(&f, order);
     padded_rows_t rt;
     assert_int_equal(pk_padded_rows_init(&rt, &f.ctx, order), 0);
     /* A count at or above the fewest runs (greedy at cap_rows), in tiers
@@ -177,7 +165,7 @@ static void test_search_reaches_best_cut(void **state) {
       lens[k] = 1 + fx_below(&seed, fx_below(&seed, 3) == 0 ? 64 : 16);
     fx_t f;
     fx_init(&f, lens, n, dp, PK_MODE_PADDED, cap);
-    width_order(&f, order);
+    fx_size_order(&f, order);
     padded_rows_t rt;
     assert_int_equal(pk_padded_rows_init(&rt, &f.ctx, order), 0);
     padded_group_t runs[16];
@@ -226,7 +214,7 @@ static void test_plan_pairs_the_widest_rows(void **state) {
     fx_init(&f, lens[c], n, dp, PK_MODE_PADDED, 8192);
     f.cfg.round = 128;
     fx_build(&f);
-    width_order(&f, order);
+    fx_size_order(&f, order);
     padded_rows_t rt;
     assert_int_equal(pk_padded_rows_init(&rt, &f.ctx, order), 0);
     uint32_t m = plan->stats.micro_batches_per_rank;
