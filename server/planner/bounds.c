@@ -180,6 +180,16 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  *      column of the costliest item). Levels are computed while a work
  *      budget lasts (PK_STAIR_BUDGET). (e) and (f) run only while the
  *      bound is more than 0.5 % below the plan at hand (known_step).
+ *  (g) Cost per token bounds what a wide item's room holds: the other items
+ *      of a micro-batch with wide item w are at most cap - w tokens and each
+ *      at most that size, so they cost at most (cap - w) x D(cap - w), D(r)
+ *      the highest cost per token of an item of size <= r; a micro-batch
+ *      with no wide item costs at most cap x D(cap / 2) =: h. Distinct
+ *      micro-batches hold distinct wide items, so k x dp micro-batches hold
+ *      at most the largest k x dp of g(w) = c(w) + (cap - w) x D(cap - w)
+ *      where above h, and h for the others (density_hold). (c) fills the
+ *      rooms with the costliest narrow tokens, which need not fit there;
+ *      (g) lowers U_k, and (d)'s H, where the rooms are small.
  *
  * So step >= sum_{j <= k} l_j + max((C - U_k) / dp, sum_{j > k} l_j) for
  * every k in 0..m; the bound is the largest. k = 0 is the plain bound
@@ -282,17 +292,86 @@ static void wide_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, do
     cap_cost[k] = PK_MIN(cap_cost[k], wide_walk_to(ctx, by, &w, (uint64_t)k * dp));
 }
 
+/* The most g values (largest first, each at least h) plus h for the slots
+ * beyond them, for `slots` micro-batches: g sorted descending, count of
+ * them. */
+static double density_slots(const double *g, uint32_t count, double h, uint64_t slots) {
+  double held = 0;
+  uint64_t t = 0;
+  for (; t < slots && t < count && g[t] > h; t++)
+    held += g[t];
+  return held + (double)(slots - t) * h;
+}
+
+static int cmp_double_desc(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? 1 : (x > y ? -1 : 0);
+}
+
+/* (g) above: lowers cap_cost[k] (k = 1..m) to what k x dp micro-batches
+ * hold by cost per token, and returns the same for the dp - 1 micro-batches
+ * beside the costliest item's (by[0]; INFINITY when (g) does not apply:
+ * no cap, or an empty item that costs something). */
+static double density_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double *cap_cost,
+                           uint32_t m) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n;
+  uint64_t cap = cfg->cap, dp = cfg->dp;
+  double others = INFINITY;
+  /* best[i]: the highest cost per token of by[i .. n) (sizes descending,
+   * so of the items no larger than by[i]). */
+  double *best = pk_malloc_array((size_t)n + 1, sizeof *best);
+  double *g = pk_malloc_array(wide > 0 ? wide : 1, sizeof *g);
+  if (cap == UINT64_MAX || best == NULL || g == NULL)
+    goto done;
+  best[n] = 0;
+  for (uint32_t i = n; i-- > 0;) {
+    uint64_t size = ctx->size[by[i]];
+    double c = ctx->cost[by[i]];
+    if (size == 0 && c > 0)
+      goto done;
+    best[i] = PK_MAX(best[i + 1], size == 0 ? 0 : c / (double)size);
+  }
+  double h = (double)cap * best[wide];
+  for (uint32_t i = 0; i < wide; i++) {
+    uint64_t room = cap - ctx->size[by[i]];
+    /* The first item no larger than the room (room < cap / 2, so past the
+     * wide ones). */
+    uint32_t lo = wide, hi = n;
+    while (lo < hi) {
+      uint32_t mid = lo + (hi - lo) / 2;
+      if (ctx->size[by[mid]] <= room)
+        hi = mid;
+      else
+        lo = mid + 1;
+    }
+    g[i] = ctx->cost[by[i]] + (double)room * best[lo];
+  }
+  /* The dp - 1 micro-batches beside by[0]'s: wide items other than by[0]. */
+  if (wide > 1)
+    qsort(g + 1, wide - 1, sizeof *g, cmp_double_desc);
+  others = density_slots(wide > 1 ? g + 1 : g, wide > 1 ? wide - 1 : 0, h, dp - 1);
+  qsort(g, wide, sizeof *g, cmp_double_desc);
+  for (uint32_t k = 1; k <= m; k++)
+    cap_cost[k] = PK_MIN(cap_cost[k], density_slots(g, wide, h, (uint64_t)k * dp));
+done:
+  free(best);
+  free(g);
+  return others;
+}
+
 /* The most cost the column holding the costliest item can hold when its
  * level is that item's cost c_1 (see (d) above): c_1 in that item's
  * micro-batch, and in the other dp - 1 micro-batches at most (dp - 1) x
  * c_1 and at most what they hold of the other items with the wide items
  * apart (wide_walk_to from item 1). */
-static double first_column_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double c1) {
+static double first_column_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double c1,
+                                double by_density) {
   uint64_t others = (uint64_t)ctx->cfg->dp - 1;
   if (others == 0)
     return c1;
   wide_walk_t w = wide_walk_from(1, wide);
-  return c1 + PK_MIN(wide_walk_to(ctx, by, &w, others), (double)others * c1);
+  return c1 + PK_MIN(PK_MIN(wide_walk_to(ctx, by, &w, others), (double)others * c1), by_density);
 }
 
 /* max over k in 0..m of sum_{j <= k} lvl[j] + max((total - cap_cost[k]) /
@@ -397,13 +476,16 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   }
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
     padded_hold(ctx, by, wide, cap_cost, m);
-  if (cap != UINT64_MAX)
+  double beside_first = INFINITY; /* (g)'s H for (d). */
+  if (cap != UINT64_MAX) {
     wide_hold(ctx, by, wide, cap_cost, m);
+    beside_first = density_hold(ctx, by, wide, cap_cost, m);
+  }
   /* U_1 for any column; (d) lowers it for the column of the costliest
    * item only. */
   double any_column_hold = cap_cost[1];
   if (cap != UINT64_MAX)
-    cap_cost[1] = PK_MIN(cap_cost[1], first_column_hold(ctx, by, wide, lvl[1]));
+    cap_cost[1] = PK_MIN(cap_cost[1], first_column_hold(ctx, by, wide, lvl[1], beside_first));
   double best = PK_MAX(plain, levels_bound(lvl, cap_cost, m, total, dp));
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
     best = padded_runs_sharpen(ctx, by, lvl, cap_cost, m, total, best, known_step);

@@ -268,6 +268,21 @@ static void test_step_bound_wide_items(void **state) {
   assert_bound(lens, 9, PK_MODE_PACKED, 100, 0, 1, 2, 7200, 7200);
 }
 
+/* PACKED: what fills a wide item's room costs at most the room's tokens at
+ * the cost per token of items that fit there ((g) in bounds.c). Items 90,
+ * 80, 40, 40, 20, 10 on 2 ranks x 2 micro-batches, cap 100, cost a^2
+ * (18200 in all). The column of the 90 (level 8100) holds beside it at
+ * most the 80 and 20 tokens of items no larger than 20, 6400 + 20 x 20, so
+ * the other column's level is at least (18200 - 8100 - 6800) / 2 and the
+ * bound is 9750; the optimum is 9800. Filling the 80's room with 20
+ * tokens of a 40 (cost per token 40) let that column hold 7200 beside the
+ * 90, and the bound was the two largest levels, 8100 + 1600. */
+static void test_step_bound_room_density(void **state) {
+  (void)state;
+  uint32_t lens[] = {40, 90, 10, 80, 40, 20};
+  assert_bound(lens, 6, PK_MODE_PACKED, 100, 0, 1, 2, 9750, 9800);
+}
+
 /* PACKED with items wider than cap / 2 mixed with narrow ones, on 2 or 3
  * ranks (the wide items' bounds decide there): the step bound never
  * exceeds the exhaustive optimum. */
@@ -333,6 +348,7 @@ int main(void) {
       cmocka_unit_test(test_bounds_padded_mixed),
       cmocka_unit_test(test_step_bound_first_column),
       cmocka_unit_test(test_step_bound_wide_items),
+      cmocka_unit_test(test_step_bound_room_density),
       cmocka_unit_test(test_bounds_packed_wide),
       cmocka_unit_test(test_step_bound_memo),
   };
