@@ -292,15 +292,23 @@ static void wide_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, do
     cap_cost[k] = PK_MIN(cap_cost[k], wide_walk_to(ctx, by, &w, (uint64_t)k * dp));
 }
 
-/* The most g values (largest first, each at least h) plus h for the slots
- * beyond them, for `slots` micro-batches: g sorted descending, count of
- * them. */
-static double density_slots(const double *g, uint32_t count, double h, uint64_t slots) {
-  double held = 0;
-  uint64_t t = 0;
-  for (; t < slots && t < count && g[t] > h; t++)
-    held += g[t];
-  return held + (double)(slots - t) * h;
+/* What `slots` micro-batches hold by (g): the largest g values while
+ * above h, h for the other slots. g is sorted descending and turned into
+ * its prefix sums over the first `above` values (those above h) by
+ * density_prefix; slots beyond them hold h each. */
+static uint32_t density_prefix(double *g, uint32_t count, double h) {
+  uint32_t above = 0;
+  double sum = 0;
+  for (; above < count && g[above] > h; above++) {
+    sum += g[above];
+    g[above] = sum;
+  }
+  return above;
+}
+
+static double density_slots(const double *prefix, uint32_t above, double h, uint64_t slots) {
+  uint64_t t = PK_MIN(slots, (uint64_t)above);
+  return (t > 0 ? prefix[t - 1] : 0) + (double)(slots - t) * h;
 }
 
 static int cmp_double_desc(const void *a, const void *b) {
@@ -347,13 +355,27 @@ static double density_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wid
     }
     g[i] = ctx->cost[by[i]] + (double)room * best[lo];
   }
-  /* The dp - 1 micro-batches beside by[0]'s: wide items other than by[0]. */
-  if (wide > 1)
-    qsort(g + 1, wide - 1, sizeof *g, cmp_double_desc);
-  others = density_slots(wide > 1 ? g + 1 : g, wide > 1 ? wide - 1 : 0, h, dp - 1);
-  qsort(g, wide, sizeof *g, cmp_double_desc);
+  /* Sorted, with by[0]'s value kept aside: the dp - 1 micro-batches
+   * beside by[0]'s hold wide items other than by[0]. */
+  double g0 = wide > 0 ? g[0] : 0;
+  uint32_t rest = wide > 1 ? wide - 1 : 0;
+  if (rest > 0)
+    qsort(g + 1, rest, sizeof *g, cmp_double_desc);
+  uint64_t t = 0;
+  for (others = 0; t + 1 < dp && t < rest && g[1 + t] > h; t++)
+    others += g[1 + t];
+  others += (double)(dp - 1 - t) * h;
+  /* Any k x dp micro-batches: g[0] merged into the sorted rest. */
+  uint32_t at = 1;
+  while (at < wide && g[at] > g0) {
+    g[at - 1] = g[at];
+    at++;
+  }
+  if (wide > 0)
+    g[at - 1] = g0;
+  uint32_t above = density_prefix(g, wide, h);
   for (uint32_t k = 1; k <= m; k++)
-    cap_cost[k] = PK_MIN(cap_cost[k], density_slots(g, wide, h, (uint64_t)k * dp));
+    cap_cost[k] = PK_MIN(cap_cost[k], density_slots(g, above, h, (uint64_t)k * dp));
 done:
   free(best);
   free(g);
