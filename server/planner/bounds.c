@@ -189,7 +189,9 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  *      at most the largest k x dp of g(w) = c(w) + (cap - w) x D(cap - w)
  *      where above h, and h for the others (density_hold). (c) fills the
  *      rooms with the costliest narrow tokens, which need not fit there;
- *      (g) lowers U_k, and (d)'s H, where the rooms are small.
+ *      (g) lowers U_k, and (d)'s H, where the rooms are small. Not in
+ *      PADDED mode, where a wide row stands alone (padded_hold counts it
+ *      so).
  *
  * So step >= sum_{j <= k} l_j + max((C - U_k) / dp, sum_{j > k} l_j) for
  * every k in 0..m; the bound is the largest. k = 0 is the plain bound
@@ -501,7 +503,8 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   double beside_first = INFINITY; /* (g)'s H for (d). */
   if (cap != UINT64_MAX) {
     wide_hold(ctx, by, wide, cap_cost, m);
-    beside_first = density_hold(ctx, by, wide, cap_cost, m);
+    if (cfg->mode != PK_MODE_PADDED)
+      beside_first = density_hold(ctx, by, wide, cap_cost, m);
   }
   /* U_1 for any column; (d) lowers it for the column of the costliest
    * item only. */
