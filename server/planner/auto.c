@@ -21,10 +21,11 @@
  *     first count first fit fills, and is that count's packing; when that
  *     count is above the bound, pk_auto_tighten tries fewer: micro-batch
  *     completion (auto_complete.c: one micro-batch at a time, its last gap
- *     closed by an exchange of its last items) where it needs fewer, else first fit, then
- *     pk_auto_repair_down (auto_repair.c): the items beyond a count go in
- *     after swaps gather room. The column packings are not tried at such a
- *     count, nor where first fit is already within 0.1 % of the step bound.
+ *     closed by an exchange of its last items) where it needs fewer, else
+ *     first fit, then pk_auto_repair_down (auto_repair.c): the items beyond
+ *     a count go in after swaps gather room. The column packings are not
+ *     tried at such a count, nor where first fit is already within 0.1 % of
+ *     the step bound.
  *   - pk_auto_pack_best runs the level and the tier packing and keeps the
  *     lower step cost; the second is skipped when the first is within 0.5 %
  *     of the step bound. The tier packing goes first where first fit came

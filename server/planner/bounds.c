@@ -387,8 +387,9 @@ done:
 /* The most cost the column holding the costliest item can hold when its
  * level is that item's cost c_1 (see (d) above): c_1 in that item's
  * micro-batch, and in the other dp - 1 micro-batches at most (dp - 1) x
- * c_1 and at most what they hold of the other items with the wide items
- * apart (wide_walk_to from item 1). */
+ * c_1, at most what they hold of the other items with the wide items
+ * apart (wide_walk_to from item 1), and at most by_density (what they hold
+ * by cost per token, (g): density_hold's value). */
 static double first_column_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double c1,
                                 double by_density) {
   uint64_t others = (uint64_t)ctx->cfg->dp - 1;
