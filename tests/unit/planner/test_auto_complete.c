@@ -182,12 +182,63 @@ static void test_complete_reaches_bound(void **state) {
   }
 }
 
+/* Whole plans where completion runs (RL batches that nearly fill the cap,
+ * so first fit needs more micro-batches than the bound), with the options
+ * that constrain it: max_seqs, microbatch_group, zero-length sequences,
+ * mini-batches. Every plan obeys the rules (check_plan: every sequence
+ * once, cap and max_seqs, equal counts divisible by the group, cu_seqlens
+ * consistent, loss scales), and without max_seqs stays within two groups
+ * of micro-batches per rank and mini-batch of the bound. */
+static void test_complete_plans_props(void **state) {
+  (void)state;
+  test_rng_t r = {0x636f6d70ull};
+  for (int iter = 0; iter < 60; iter++) {
+    uint32_t n = 256 + test_below(&r, 1792);
+    uint32_t dp = 1 + test_below(&r, 8);
+    uint64_t cap = test_below(&r, 2) ? 8192 : 16384;
+    uint32_t *lens = calloc(n, sizeof *lens);
+    assert_non_null(lens);
+    for (uint32_t k = 0; k < n; k++)
+      lens[k] = test_below(&r, 50) == 0 ? 0 : test_rl_length(&r, (uint32_t)cap - 1024);
+    pk_request_t req;
+    memset(&req, 0, sizeof req);
+    req.lengths = lens;
+    req.n = n;
+    req.parallel.dp = dp;
+    req.batching.max_tokens = cap;
+    if (test_below(&r, 3) == 0)
+      req.batching.max_seqs = 4 + test_below(&r, 12);
+    if (test_below(&r, 3) == 0)
+      req.parallel.microbatch_group = 2 + test_below(&r, 2);
+    if (test_below(&r, 4) == 0)
+      req.batching.mini_batches = 2;
+    pk_plan_t *plan = NULL;
+    char err[256];
+    int rc = pk_plan(&req, &plan, err, sizeof err);
+    if (rc != 0)
+      fail_msg("iter %d (n %u dp %u cap %llu): %s", iter, n, dp, (unsigned long long)cap, err);
+    check_plan(&req, plan);
+    /* With max_seqs the bound takes the larger of the count and the token
+     * bounds, not both at once, and plans end further above it. */
+    uint32_t group = req.parallel.microbatch_group ? req.parallel.microbatch_group : 1;
+    if (req.batching.max_seqs == 0 &&
+        plan->stats.micro_batches_per_rank >
+            plan->stats.micro_batches_lower_bound + 2 * plan->mini_batches * group)
+      fail_msg("iter %d (n %u dp %u cap %llu max_seqs %u group %u minis %u): %u micro-batches, "
+               "bound %u",
+               iter, n, dp, (unsigned long long)cap, req.batching.max_seqs, group,
+               plan->mini_batches, plan->stats.micro_batches_per_rank,
+               plan->stats.micro_batches_lower_bound);
+    pk_plan_free(plan);
+    free(lens);
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_complete_props),
-      cmocka_unit_test(test_complete_pair),
-      cmocka_unit_test(test_complete_exchange_two),
-      cmocka_unit_test(test_complete_reaches_bound),
+      cmocka_unit_test(test_complete_props),        cmocka_unit_test(test_complete_pair),
+      cmocka_unit_test(test_complete_exchange_two), cmocka_unit_test(test_complete_reaches_bound),
+      cmocka_unit_test(test_complete_plans_props),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
