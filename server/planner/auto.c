@@ -486,7 +486,8 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       goto done;
     goto deal;
   }
-  uint32_t ffd_m = 0; /* 0: not probed yet. */
+  uint32_t ffd_m = 0;      /* 0: not probed yet. */
+  uint32_t complete_m = 0; /* The count completion needed (max_seqs). */
   for (;;) {
     if (m > max_m || m == 0) {
       rc = pk_fail(err, errlen, PK_EPRECOND,
@@ -568,6 +569,19 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       rc = pk_auto_pack_best(&s, order, false, saved_bins, saved_item_bin);
       if (rc == PK_EPRECOND)
         rc = pk_auto_pack_bins_first(&s, order);
+      if (rc == PK_EPRECOND && cfg->max_seqs != UINT32_MAX && m >= complete_m) {
+        /* max_seqs: the column packings and first fit fill micro-batches
+         * by tokens and run out of count first; completion keeps room for
+         * the slots left. Where it needs more than m, the counts below
+         * its own are not packed by it again. */
+        uint32_t used = 0;
+        rc = pk_auto_pack_complete(&s, order, m * dp, max_m * dp, s.bins, s.item_bin, &used);
+        if (rc == 0) {
+          complete_m = (uint32_t)pk_round_up((used + dp - 1) / dp, cfg->group);
+          s.m = m;
+          rc = complete_m <= m ? pk_auto_bins_finish(&s, order) : PK_EPRECOND;
+        }
+      }
     }
     if (rc == 0)
       rc = pk_auto_refine_columns(&s);

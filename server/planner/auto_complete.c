@@ -246,12 +246,25 @@ static uint64_t exchange(size_pool_t *p, uint32_t *items, uint32_t *ranks, uint3
  * ranks[]); returns its count and leaves the room it has left in *left.
  * The exchanges are tried only where more than `allow` tokens of room are
  * left. */
-static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, double allow,
-                         uint32_t *items, uint32_t *ranks, uint64_t *left) {
+static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, bool reserve,
+                         double allow, uint32_t *items, uint32_t *ranks, uint64_t *left) {
   uint64_t room = cap;
   uint32_t top = 0;
   while (top < max_seqs) {
-    uint32_t r = pool_best(p, room);
+    uint32_t r = PK_NONE;
+    if (reserve) {
+      /* Room kept for the slots after this one, at the smallest size left:
+       * the largest item that leaves it. */
+      uint32_t smallest = set_prev(&p->left, p->ranks - 1);
+      uint64_t size = smallest == PK_NONE ? 0 : p->size[smallest];
+      uint64_t slots = (uint64_t)max_seqs - top - 1;
+      if (size == 0)
+        r = pool_best(p, room);
+      else if (room > 0 && slots <= (room - 1) / size)
+        r = pool_best(p, room - slots * size);
+    }
+    if (r == PK_NONE)
+      r = pool_best(p, room);
     if (r == PK_NONE)
       break;
     ranks[top] = r;
@@ -278,9 +291,10 @@ static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, double
   return top;
 }
 
-int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t target,
-                          uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
-  const pk_ctx_t *ctx = s->ctx;
+/* One completion packing (pk_auto_pack_complete), with or without the
+ * room kept for later slots. */
+static int complete_once(const pk_ctx_t *ctx, const uint32_t *order, uint32_t target, bool reserve,
+                         uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
   int rc = 0;
@@ -325,7 +339,7 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
      * share of the budget left (see the top of this file). */
     double allow = b < target ? budget / (double)(target - b) : 0;
     uint64_t left = 0;
-    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, allow, items, ranks, &left);
+    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, reserve, allow, items, ranks, &left);
     budget -= (double)left;
     for (uint32_t q = 0; q < top; q++) {
       pk_bin_add(ctx, &bins[b], items[q]);
@@ -342,6 +356,35 @@ done:
   free(p.taken);
   free(p.le);
   set_free(&p.left);
+  return rc;
+}
+
+int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t target,
+                          uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
+  const pk_ctx_t *ctx = s->ctx;
+  int rc = complete_once(ctx, order, target, false, nbins, bins, item_bin, used);
+  if (ctx->cfg->max_seqs == UINT32_MAX || rc == PK_ENOMEM)
+    return rc;
+  /* max_seqs: also the packing that keeps room for the slots left, kept
+   * where it needs fewer micro-batches. */
+  uint32_t n = ctx->n, fewer = rc == 0 ? *used : nbins, got = 0;
+  pk_bin_t *alt_bins = pk_malloc_array(fewer > 0 ? fewer : 1, sizeof *alt_bins);
+  uint32_t *alt_item_bin = pk_malloc_array(n, sizeof *alt_item_bin);
+  int alt = alt_bins == NULL || alt_item_bin == NULL
+                ? PK_ENOMEM
+                : complete_once(ctx, order, target, true, rc == 0 ? fewer - 1 : nbins, alt_bins,
+                                alt_item_bin, &got);
+  if (alt == 0) {
+    memcpy(bins, alt_bins, (size_t)got * sizeof *bins);
+    memset(bins + got, 0, (size_t)(nbins - got) * sizeof *bins);
+    memcpy(item_bin, alt_item_bin, (size_t)n * sizeof *item_bin);
+    *used = got;
+    rc = 0;
+  } else if (alt == PK_ENOMEM) {
+    rc = PK_ENOMEM;
+  }
+  free(alt_bins);
+  free(alt_item_bin);
   return rc;
 }
 
