@@ -11,15 +11,18 @@
 enum { SWEEP_BATCHES = 20, SWEEP_N = 65536 };
 
 int sweep_run(sweep_gen_fn gen, uint32_t grid_resp_max, double t_start) {
-  /* The last two settings are a stress case beyond the grid: cap 8192 with
-   * responses up to 7168 tokens, so about a fifth of the sequences exceed
-   * half the cap and leave gaps that only a few short ones can close. */
+  /* Beyond the grid: cap 8192 with responses up to 7168 tokens, so about a
+   * fifth of the sequences exceed half the cap and leave gaps that only a
+   * few short ones can close; and max_seqs 8 at cap 16384, where the count
+   * and the tokens both bind. */
   const struct {
     uint32_t dp;
     uint64_t cap;
-    uint32_t resp_max;
-  } settings[] = {{8, 16384, grid_resp_max},  {8, 32768, grid_resp_max}, {64, 16384, grid_resp_max},
-                  {64, 32768, grid_resp_max}, {8, 8192, 7168},           {64, 8192, 7168}};
+    uint32_t resp_max, max_seqs; /* max_seqs 0: none. */
+  } settings[] = {
+      {8, 16384, grid_resp_max, 0},  {8, 32768, grid_resp_max, 0}, {64, 16384, grid_resp_max, 0},
+      {64, 32768, grid_resp_max, 0}, {8, 8192, 7168, 0},           {64, 8192, 7168, 0},
+      {8, 16384, grid_resp_max, 8},  {64, 16384, grid_resp_max, 8}};
   uint32_t *len = malloc(SWEEP_N * sizeof *len);
   uint32_t *loss = malloc(SWEEP_N * sizeof *loss);
   int rc = 0;
@@ -30,8 +33,9 @@ int sweep_run(sweep_gen_fn gen, uint32_t grid_resp_max, double t_start) {
   }
   printf("\n## AUTO micro-batches per rank over %d random rollout batches (n = %d, PACKED)\n\n",
          SWEEP_BATCHES, SWEEP_N);
-  printf("| dp | cap | responses up to | = LB | LB+1 | above LB+1 | worst | median ms |\n");
-  printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  printf("| dp | cap | responses up to | max_seqs | = LB | LB+1 | above LB+1 | worst | median ms "
+         "|\n");
+  printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (size_t w = 0; w < sizeof settings / sizeof settings[0]; w++) {
     uint32_t at[3] = {0, 0, 0}, worst = 0;
     double ms[SWEEP_BATCHES];
@@ -47,6 +51,7 @@ int sweep_run(sweep_gen_fn gen, uint32_t grid_resp_max, double t_start) {
       req.n = SWEEP_N;
       req.parallel.dp = settings[w].dp;
       req.batching.max_tokens = settings[w].cap;
+      req.batching.max_seqs = settings[w].max_seqs;
       pk_plan_t *plan = NULL;
       char err[512] = "";
       double t0 = bench_now_ms();
@@ -62,9 +67,12 @@ int sweep_run(sweep_gen_fn gen, uint32_t grid_resp_max, double t_start) {
       worst = over > worst ? over : worst;
     }
     qsort(ms, SWEEP_BATCHES, sizeof ms[0], bench_cmp_ms);
-    printf("| %u | %llu | %u | %u | %u | %u | LB+%u | %.1f |\n", settings[w].dp,
-           (unsigned long long)settings[w].cap, settings[w].resp_max, at[0], at[1], at[2], worst,
-           ms[SWEEP_BATCHES / 2]);
+    char seqs[16] = "-";
+    if (settings[w].max_seqs != 0)
+      snprintf(seqs, sizeof seqs, "%u", settings[w].max_seqs);
+    printf("| %u | %llu | %u | %s | %u | %u | %u | LB+%u | %.1f |\n", settings[w].dp,
+           (unsigned long long)settings[w].cap, settings[w].resp_max, seqs, at[0], at[1], at[2],
+           worst, ms[SWEEP_BATCHES / 2]);
   }
 done:
   free(len);

@@ -13,9 +13,10 @@ typedef void (*sweep_gen_fn)(uint64_t seed, uint32_t n, uint32_t resp_max, uint3
                              uint32_t *loss);
 
 /* Plans 20 batches of n = 65536 per setting (DP 8 and 64, caps 16384 and
- * 32768 with responses up to grid_resp_max, and a stress setting: cap 8192
- * with responses up to 7168) and prints a markdown table of how far the
- * micro-batch count is above its lower bound, with the median plan time.
+ * 32768 with responses up to grid_resp_max; beyond the grid, cap 8192 with
+ * responses up to 7168, and max_seqs 8 at cap 16384) and prints a markdown
+ * table of how far the micro-batch count is above its lower bound, with
+ * the median plan time.
  * Progress goes to stderr (t_start: bench_now_ms at the bench's start).
  * Returns 0, or -1 when a plan fails or memory runs out. */
 int sweep_run(sweep_gen_fn gen, uint32_t grid_resp_max, double t_start);
