@@ -576,6 +576,8 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
          * its own are not packed by it again. */
         uint32_t used = 0;
         rc = pk_auto_pack_complete(&s, order, m * dp, max_m * dp, s.bins, s.item_bin, &used);
+        if (rc == PK_EPRECOND)
+          complete_m = UINT32_MAX; /* Not within max_m either. */
         if (rc == 0) {
           complete_m = (uint32_t)pk_round_up((used + dp - 1) / dp, cfg->group);
           s.m = m;
