@@ -3,9 +3,10 @@ including bfloat16) against the numpy path, and, where a CUDA device exists,
 the CUDA backend against the host backend byte for byte, on the current
 stream, inside a captured CUDA graph (no host synchronisation).
 
-torch is optional: python3-torch is not installed by scripts/bootstrap.sh,
-so these tests skip with that reason when `import torch` fails; the numpy
-coverage in test_gpu_binding.py is complete on its own."""
+torch is optional for packd's users; scripts/bootstrap.sh installs Debian's
+python3-torch (a CPU build) so that CI runs the CPU tests here. Elsewhere
+they skip with that reason when `import torch` fails; the numpy coverage in
+test_gpu_binding.py is complete on its own."""
 
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "client" / "python"))
 
 torch = pytest.importorskip(
-    "torch", reason="torch is not installed (python3-torch is not part of scripts/bootstrap.sh)"
+    "torch", reason="torch is not installed (scripts/bootstrap.sh installs python3-torch)"
 )
 
 from packd import gpu  # noqa: E402
