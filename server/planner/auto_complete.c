@@ -21,6 +21,13 @@
  * (the budget: count x cap - tokens, less what earlier micro-batches
  * left). pk_auto_tighten aims at the bound first, then one group more.
  *
+ * With max_seqs a micro-batch can run out of slots before tokens (the
+ * largest items first leave no slots for the small ones, which then fill
+ * micro-batches of their own far below the cap), so a second packing keeps
+ * room for the slots left: each item is the largest that leaves (slots
+ * left - 1) x the smallest size left; the packing needing fewer
+ * micro-batches is kept.
+ *
  * The items are kept as counts per distinct size: the largest size left
  * that fits a room is a lookup in an index by size (a binary search within
  * one of its buckets when the cap is above 2^16) and a next-set-bit query
