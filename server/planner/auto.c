@@ -572,7 +572,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       if (rc == PK_EPRECOND && cfg->max_seqs != UINT32_MAX && m >= complete_m) {
         /* max_seqs: the column packings and first fit fill micro-batches
          * by tokens and run out of count first; completion keeps room for
-         * the slots left. Where it needs more than m, the counts below
+         * later slots. Where it needs more than m, the counts below
          * its own are not packed by it again. */
         uint32_t used = 0;
         rc = pk_auto_pack_complete(&s, order, m * dp, max_m * dp, s.bins, s.item_bin, &used);

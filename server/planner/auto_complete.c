@@ -23,10 +23,18 @@
  *
  * With max_seqs a micro-batch can run out of slots before tokens (the
  * largest items first leave no slots for the small ones, which then fill
- * micro-batches of their own far below the cap), so a second packing keeps
- * room for the slots left: each item is the largest that leaves (slots
- * left - 1) x the smallest size left; the packing needing fewer
- * micro-batches is kept.
+ * micro-batches of their own far below the cap), so two more packings keep
+ * room for later slots: after the largest item left has opened the
+ * micro-batch, each item is the largest that leaves (slots - 1) x the
+ * smallest size left, slots counted up to max_seqs in the one and up to
+ * the pace in the other: the items left over the micro-batches left to the
+ * count aimed at, rounded up (so the small items are spent evenly instead
+ * of all at the end, where max_seqs of them fill a micro-batch far below
+ * the cap). The packing needing the fewest micro-batches is kept. The
+ * opening item is never held back by the room kept: held back, the
+ * largest items (those above cap - (slots - 1) x smallest) waited to the
+ * end and filled micro-batches of their own with room left (the note on
+ * issue 2, session 17).
  *
  * The items are kept as counts per distinct size: the largest size left
  * that fits a room is a lookup in an index by size (a binary search within
@@ -251,20 +259,22 @@ static uint64_t exchange(size_pool_t *p, uint32_t *items, uint32_t *ranks, uint3
 
 /* Fills one micro-batch from the pool into items[] (their ranks in
  * ranks[]); returns its count and leaves the room it has left in *left.
- * The exchanges are tried only where more than `allow` tokens of room are
- * left. */
-static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, bool reserve,
+ * With `keep` > 0, after the first item room is kept for the slots up to
+ * `keep` (at most max_seqs) at the smallest size left. The exchanges are
+ * tried only where more than `allow` tokens of room are left. */
+static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, uint32_t keep,
                          double allow, uint32_t *items, uint32_t *ranks, uint64_t *left) {
   uint64_t room = cap;
   uint32_t top = 0;
+  keep = PK_MIN(keep, max_seqs);
   while (top < max_seqs) {
     uint32_t r = PK_NONE;
-    if (reserve) {
+    if (top > 0 && top + 1 < keep) {
       /* Room kept for the slots after this one, at the smallest size left:
        * the largest item that leaves it. */
       uint32_t smallest = set_prev(&p->left, p->ranks - 1);
       uint64_t size = smallest == PK_NONE ? 0 : p->size[smallest];
-      uint64_t slots = (uint64_t)max_seqs - top - 1;
+      uint64_t slots = (uint64_t)keep - top - 1;
       if (size == 0)
         r = pool_best(p, room);
       else if (room > 0 && slots <= (room - 1) / size)
@@ -298,10 +308,13 @@ static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, bool r
   return top;
 }
 
-/* One completion packing (pk_auto_pack_complete), with or without the
- * room kept for later slots. */
-static int complete_once(const pk_ctx_t *ctx, const uint32_t *order, uint32_t target, bool reserve,
-                         uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
+/* How a completion packing keeps room for later slots (max_seqs). */
+typedef enum keep_mode { KEEP_NONE, KEEP_MAX_SEQS, KEEP_PACE } keep_mode_t;
+
+/* One completion packing (pk_auto_pack_complete). */
+static int complete_once(const pk_ctx_t *ctx, const uint32_t *order, uint32_t target,
+                         keep_mode_t mode, uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin,
+                         uint32_t *used) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
   int rc = 0;
@@ -346,7 +359,11 @@ static int complete_once(const pk_ctx_t *ctx, const uint32_t *order, uint32_t ta
      * share of the budget left (see the top of this file). */
     double allow = b < target ? budget / (double)(target - b) : 0;
     uint64_t left = 0;
-    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, reserve, allow, items, ranks, &left);
+    uint32_t keep = mode == KEEP_MAX_SEQS ? cfg->max_seqs : 0;
+    if (mode == KEEP_PACE)
+      keep =
+          b < target ? (uint32_t)((n - placed + (target - b) - 1) / (target - b)) : cfg->max_seqs;
+    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, keep, allow, items, ranks, &left);
     budget -= (double)left;
     for (uint32_t q = 0; q < top; q++) {
       pk_bin_add(ctx, &bins[b], items[q]);
@@ -369,26 +386,31 @@ done:
 int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t target,
                           uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
   const pk_ctx_t *ctx = s->ctx;
-  int rc = complete_once(ctx, order, target, false, nbins, bins, item_bin, used);
+  int rc = complete_once(ctx, order, target, KEEP_NONE, nbins, bins, item_bin, used);
   if (ctx->cfg->max_seqs == UINT32_MAX || rc == PK_ENOMEM)
     return rc;
-  /* max_seqs: also the packing that keeps room for the slots left, kept
-   * where it needs fewer micro-batches. */
-  uint32_t n = ctx->n, fewer = rc == 0 ? *used : nbins, got = 0;
-  pk_bin_t *alt_bins = pk_malloc_array(fewer > 0 ? fewer : 1, sizeof *alt_bins);
+  /* max_seqs: also the packings that keep room for later slots, each kept
+   * where it needs fewer micro-batches than the best so far (it is given
+   * one fewer to use). */
+  uint32_t n = ctx->n;
+  pk_bin_t *alt_bins = pk_malloc_array(nbins > 0 ? nbins : 1, sizeof *alt_bins);
   uint32_t *alt_item_bin = pk_malloc_array(n, sizeof *alt_item_bin);
-  int alt = alt_bins == NULL || alt_item_bin == NULL
-                ? PK_ENOMEM
-                : complete_once(ctx, order, target, true, rc == 0 ? fewer - 1 : nbins, alt_bins,
-                                alt_item_bin, &got);
-  if (alt == 0) {
-    memcpy(bins, alt_bins, (size_t)got * sizeof *bins);
-    memset(bins + got, 0, (size_t)(nbins - got) * sizeof *bins);
-    memcpy(item_bin, alt_item_bin, (size_t)n * sizeof *item_bin);
-    *used = got;
-    rc = 0;
-  } else if (alt == PK_ENOMEM) {
+  if (alt_bins == NULL || alt_item_bin == NULL)
     rc = PK_ENOMEM;
+  for (keep_mode_t mode = KEEP_MAX_SEQS; mode <= KEEP_PACE && rc != PK_ENOMEM; mode++) {
+    uint32_t fewer = rc == 0 ? *used : nbins + 1, got = 0;
+    if (fewer <= 1)
+      break;
+    int alt = complete_once(ctx, order, target, mode, fewer - 1, alt_bins, alt_item_bin, &got);
+    if (alt == 0) {
+      memcpy(bins, alt_bins, (size_t)got * sizeof *bins);
+      memset(bins + got, 0, (size_t)(nbins - got) * sizeof *bins);
+      memcpy(item_bin, alt_item_bin, (size_t)n * sizeof *item_bin);
+      *used = got;
+      rc = 0;
+    } else if (alt == PK_ENOMEM) {
+      rc = PK_ENOMEM;
+    }
   }
   free(alt_bins);
   free(alt_item_bin);

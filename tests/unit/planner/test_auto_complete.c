@@ -215,6 +215,47 @@ static void test_complete_max_seqs(void **state) {
   }
 }
 
+/* The completion packings that keep room for later slots let the largest
+ * item left open each micro-batch. Holding the opening item back too (the
+ * planner of 2d63020) left the largest sequences, those above cap - 7 x
+ * the smallest, to the end, where each filled a micro-batch of its own
+ * with room no sequence left could use: n = 8192 DP 8 ended 2 or 3 above
+ * the bound, n = 2048 DP 1 3 to 5 above (seeds 1-4). The packing paced by
+ * the sequences left per micro-batch left spends the small sequences
+ * evenly. */
+static void test_complete_max_seqs_opens_largest(void **state) {
+  (void)state;
+  const struct { uint32_t n, dp, slack; } cases[] = {{8192, 8, 1}, {2048, 1, 2}};
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    for (uint64_t seed = 1; seed <= 4; seed++) {
+      uint32_t n = cases[c].n;
+      uint32_t *lens = calloc(n, sizeof *lens);
+      assert_non_null(lens);
+      test_rng_t r = {seed};
+      for (uint32_t k = 0; k < n; k++)
+        lens[k] = test_rl_length(&r, 15360);
+      pk_request_t req;
+      memset(&req, 0, sizeof req);
+      req.lengths = lens;
+      req.n = n;
+      req.parallel.dp = cases[c].dp;
+      req.batching.max_tokens = 16384;
+      req.batching.max_seqs = 8;
+      pk_plan_t *plan = NULL;
+      char err[256];
+      assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
+      check_plan(&req, plan);
+      if (plan->stats.micro_batches_per_rank >
+          plan->stats.micro_batches_lower_bound + cases[c].slack)
+        fail_msg("n %u dp %u seed %llu: %u micro-batches, bound %u", n, cases[c].dp,
+                 (unsigned long long)seed, plan->stats.micro_batches_per_rank,
+                 plan->stats.micro_batches_lower_bound);
+      pk_plan_free(plan);
+      free(lens);
+    }
+  }
+}
+
 /* Whole plans where completion runs (RL batches that nearly fill the cap,
  * so first fit needs more micro-batches than the bound), with the options
  * that constrain it: max_seqs, microbatch_group, zero-length sequences,
@@ -269,9 +310,13 @@ static void test_complete_plans_props(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_complete_props),        cmocka_unit_test(test_complete_pair),
-      cmocka_unit_test(test_complete_exchange_two), cmocka_unit_test(test_complete_reaches_bound),
-      cmocka_unit_test(test_complete_max_seqs),     cmocka_unit_test(test_complete_plans_props),
+      cmocka_unit_test(test_complete_props),
+      cmocka_unit_test(test_complete_pair),
+      cmocka_unit_test(test_complete_exchange_two),
+      cmocka_unit_test(test_complete_reaches_bound),
+      cmocka_unit_test(test_complete_max_seqs),
+      cmocka_unit_test(test_complete_max_seqs_opens_largest),
+      cmocka_unit_test(test_complete_plans_props),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
