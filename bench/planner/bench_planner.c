@@ -780,7 +780,7 @@ int main(int argc, char **argv) {
     }
   }
   /* Micro-batch counts over many random rollout batches (sweep.c). */
-  if (!quick && sweep_run(gen_rollout_to, RESP_MAX, t_start) != 0)
+  if (!quick && sweep_run(gen_rollout_to, rng_next, RESP_MAX, t_start) != 0)
     return 1;
   fprintf(stderr, "bench_planner: done in %.1f s\n", (bench_now_ms() - t_start) / 1e3);
 

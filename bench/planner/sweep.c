@@ -1,6 +1,7 @@
 /* Micro-batch counts over random rollout batches (see sweep.h). */
 #include "sweep.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,7 +11,100 @@
 
 enum { SWEEP_BATCHES = 20, SWEEP_N = 65536 };
 
-int sweep_run(sweep_gen_fn gen, uint32_t grid_resp_max, double t_start) {
+/* The known-optimum batches: micro-batches of FILL_CAP tokens, each cut
+ * into 2 to 8 sequences, so at most FILL_BINS x 8 sequences. */
+enum { FILL_BINS = 8192, FILL_CAP = 16384, FILL_PARTS_MAX = 8 };
+
+static int cmp_u32(const void *a, const void *b) {
+  uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+  return (x > y) - (x < y);
+}
+
+/* Writes the lengths of FILL_BINS full micro-batches, each cut at distinct
+ * random points into parts_min .. parts_max sequences, shuffled; returns
+ * their count. */
+static uint32_t gen_exact_fill(sweep_rng_fn rng, uint64_t seed, uint32_t parts_min,
+                               uint32_t parts_max, uint32_t *len) {
+  uint64_t s = seed;
+  uint32_t n = 0;
+  for (uint32_t b = 0; b < FILL_BINS; b++) {
+    uint32_t parts = parts_min + (uint32_t)(rng(&s) % (parts_max - parts_min + 1));
+    uint32_t cut[FILL_PARTS_MAX + 1];
+    bool distinct = false;
+    while (!distinct) {
+      cut[0] = 0;
+      cut[parts] = FILL_CAP;
+      for (uint32_t j = 1; j < parts; j++)
+        cut[j] = 1 + (uint32_t)(rng(&s) % (FILL_CAP - 1));
+      qsort(cut + 1, parts - 1, sizeof cut[0], cmp_u32);
+      distinct = true;
+      for (uint32_t j = 0; j < parts; j++)
+        distinct = distinct && cut[j + 1] > cut[j];
+    }
+    for (uint32_t j = 0; j < parts; j++)
+      len[n++] = cut[j + 1] - cut[j];
+  }
+  for (uint32_t i = n - 1; i > 0; i--) {
+    uint32_t j = (uint32_t)(rng(&s) % (i + 1)), t = len[i];
+    len[i] = len[j];
+    len[j] = t;
+  }
+  return n;
+}
+
+/* The table against a known optimum (see sweep.h). */
+static int sweep_exact_fill(sweep_rng_fn rng, uint32_t *len, double t_start) {
+  const struct {
+    uint32_t dp, parts_min, parts_max, max_seqs; /* max_seqs 0: none. */
+  } settings[] = {{8, 2, 8, 0}, {64, 2, 8, 0}, {8, 2, 8, 8}, {64, 2, 8, 8}, {8, 8, 8, 8}};
+  printf("\n## AUTO against a known optimum: %d batches of %d full micro-batches of %d tokens "
+         "(PACKED)\n\n",
+         SWEEP_BATCHES, FILL_BINS, FILL_CAP);
+  printf("| dp | sequences per micro-batch | max_seqs | optimum per rank | = optimum | +1 | "
+         "above +1 | worst | LB = optimum | median ms |\n");
+  printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+  for (size_t w = 0; w < sizeof settings / sizeof settings[0]; w++) {
+    uint32_t at[3] = {0, 0, 0}, worst = 0, lb_at_opt = 0, best = FILL_BINS / settings[w].dp;
+    double ms[SWEEP_BATCHES];
+    for (uint32_t b = 0; b < SWEEP_BATCHES; b++) {
+      fprintf(stderr, "[fill  %6.1fs] dp=%u parts=%u..%u batch %u\n",
+              (bench_now_ms() - t_start) / 1e3, settings[w].dp, settings[w].parts_min,
+              settings[w].parts_max, b);
+      uint32_t n =
+          gen_exact_fill(rng, 0x66696c6cull + b, settings[w].parts_min, settings[w].parts_max, len);
+      pk_request_t req;
+      memset(&req, 0, sizeof req);
+      req.lengths = len;
+      req.n = n;
+      req.parallel.dp = settings[w].dp;
+      req.batching.max_tokens = FILL_CAP;
+      req.batching.max_seqs = settings[w].max_seqs;
+      pk_plan_t *plan = NULL;
+      char err[512] = "";
+      double t0 = bench_now_ms();
+      if (pk_plan(&req, &plan, err, sizeof err) != 0) {
+        printf("batch %u failed: %s\n", b, err);
+        return -1;
+      }
+      ms[b] = bench_now_ms() - t0;
+      uint32_t over = plan->stats.micro_batches_per_rank - best;
+      lb_at_opt += plan->stats.micro_batches_lower_bound == best;
+      pk_plan_free(plan);
+      at[over < 2 ? over : 2]++;
+      worst = over > worst ? over : worst;
+    }
+    qsort(ms, SWEEP_BATCHES, sizeof ms[0], bench_cmp_ms);
+    char seqs[16] = "-";
+    if (settings[w].max_seqs != 0)
+      snprintf(seqs, sizeof seqs, "%u", settings[w].max_seqs);
+    printf("| %u | %u to %u | %s | %u | %u | %u | %u | +%u | %u of %d | %.1f |\n", settings[w].dp,
+           settings[w].parts_min, settings[w].parts_max, seqs, best, at[0], at[1], at[2], worst,
+           lb_at_opt, SWEEP_BATCHES, ms[SWEEP_BATCHES / 2]);
+  }
+  return 0;
+}
+
+int sweep_run(sweep_gen_fn gen, sweep_rng_fn rng, uint32_t grid_resp_max, double t_start) {
   /* Beyond the grid: cap 8192 with responses up to 7168 tokens, so about a
    * fifth of the sequences exceed half the cap and leave gaps that only a
    * few short ones can close; and max_seqs 8 at cap 16384, where the count
@@ -23,7 +117,8 @@ int sweep_run(sweep_gen_fn gen, uint32_t grid_resp_max, double t_start) {
       {8, 16384, grid_resp_max, 0},  {8, 32768, grid_resp_max, 0}, {64, 16384, grid_resp_max, 0},
       {64, 32768, grid_resp_max, 0}, {8, 8192, 7168, 0},           {64, 8192, 7168, 0},
       {8, 16384, grid_resp_max, 8},  {64, 16384, grid_resp_max, 8}};
-  uint32_t *len = malloc(SWEEP_N * sizeof *len);
+  size_t cap_len = SWEEP_N > FILL_BINS * FILL_PARTS_MAX ? SWEEP_N : FILL_BINS * FILL_PARTS_MAX;
+  uint32_t *len = malloc(cap_len * sizeof *len);
   uint32_t *loss = malloc(SWEEP_N * sizeof *loss);
   int rc = 0;
   if (len == NULL || loss == NULL) {
@@ -74,6 +169,7 @@ int sweep_run(sweep_gen_fn gen, uint32_t grid_resp_max, double t_start) {
            (unsigned long long)settings[w].cap, settings[w].resp_max, seqs, at[0], at[1], at[2],
            worst, ms[SWEEP_BATCHES / 2]);
   }
+  rc = sweep_exact_fill(rng, len, t_start);
 done:
   free(len);
   free(loss);

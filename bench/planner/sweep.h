@@ -12,13 +12,20 @@
 typedef void (*sweep_gen_fn)(uint64_t seed, uint32_t n, uint32_t resp_max, uint32_t *len,
                              uint32_t *loss);
 
+/* Advances a random state and returns 64 random bits. */
+typedef uint64_t (*sweep_rng_fn)(uint64_t *state);
+
 /* Plans 20 batches of n = 65536 per setting (DP 8 and 64, caps 16384 and
  * 32768 with responses up to grid_resp_max; beyond the grid, cap 8192 with
  * responses up to 7168, and max_seqs 8 at cap 16384) and prints a markdown
  * table of how far the micro-batch count is above its lower bound, with
- * the median plan time.
+ * the median plan time. Then a second table against a known optimum:
+ * batches made of 8192 micro-batches of exactly 16384 tokens, each cut at
+ * random (rng) into 2 to 8 sequences (the last setting: exactly 8, with
+ * max_seqs 8, so that both limits are met exactly), shuffled, so the best
+ * plan has 8192 / dp micro-batches per rank, every one full.
  * Progress goes to stderr (t_start: bench_now_ms at the bench's start).
  * Returns 0, or -1 when a plan fails or memory runs out. */
-int sweep_run(sweep_gen_fn gen, uint32_t grid_resp_max, double t_start);
+int sweep_run(sweep_gen_fn gen, sweep_rng_fn rng, uint32_t grid_resp_max, double t_start);
 
 #endif
