@@ -52,6 +52,35 @@ static uint32_t gen_exact_fill(sweep_rng_fn rng, uint64_t seed, uint32_t parts_m
   return n;
 }
 
+/* Plans lengths (loss tokens optional) for dp ranks under cap and max_seqs
+ * (0: none); fills the micro-batches per rank, their bound and the plan
+ * time. Prints the error and returns -1 when the plan fails. */
+static int plan_counts(const uint32_t *len, const uint32_t *loss, uint32_t n, uint32_t dp,
+                       uint64_t cap, uint32_t max_seqs, uint32_t *micro, uint32_t *bound,
+                       double *ms) {
+  pk_request_t req;
+  memset(&req, 0, sizeof req);
+  req.lengths = len;
+  req.loss_tokens = loss;
+  req.n_loss_tokens = loss != NULL ? n : 0;
+  req.n = n;
+  req.parallel.dp = dp;
+  req.batching.max_tokens = cap;
+  req.batching.max_seqs = max_seqs;
+  pk_plan_t *plan = NULL;
+  char err[512] = "";
+  double t0 = bench_now_ms();
+  if (pk_plan(&req, &plan, err, sizeof err) != 0) {
+    printf("plan failed: %s\n", err);
+    return -1;
+  }
+  *ms = bench_now_ms() - t0;
+  *micro = plan->stats.micro_batches_per_rank;
+  *bound = plan->stats.micro_batches_lower_bound;
+  pk_plan_free(plan);
+  return 0;
+}
+
 /* The table against a known optimum (see sweep.h). */
 static int sweep_exact_fill(sweep_rng_fn rng, uint32_t *len, double t_start) {
   const struct {
@@ -72,24 +101,12 @@ static int sweep_exact_fill(sweep_rng_fn rng, uint32_t *len, double t_start) {
               settings[w].parts_max, b);
       uint32_t n =
           gen_exact_fill(rng, 0x66696c6cull + b, settings[w].parts_min, settings[w].parts_max, len);
-      pk_request_t req;
-      memset(&req, 0, sizeof req);
-      req.lengths = len;
-      req.n = n;
-      req.parallel.dp = settings[w].dp;
-      req.batching.max_tokens = FILL_CAP;
-      req.batching.max_seqs = settings[w].max_seqs;
-      pk_plan_t *plan = NULL;
-      char err[512] = "";
-      double t0 = bench_now_ms();
-      if (pk_plan(&req, &plan, err, sizeof err) != 0) {
-        printf("batch %u failed: %s\n", b, err);
+      uint32_t micro = 0, bound = 0;
+      if (plan_counts(len, NULL, n, settings[w].dp, FILL_CAP, settings[w].max_seqs, &micro, &bound,
+                      &ms[b]) != 0)
         return -1;
-      }
-      ms[b] = bench_now_ms() - t0;
-      uint32_t over = plan->stats.micro_batches_per_rank - best;
-      lb_at_opt += plan->stats.micro_batches_lower_bound == best;
-      pk_plan_free(plan);
+      uint32_t over = micro - best;
+      lb_at_opt += bound == best;
       at[over < 2 ? over : 2]++;
       worst = over > worst ? over : worst;
     }
@@ -138,26 +155,13 @@ int sweep_run(sweep_gen_fn gen, sweep_rng_fn rng, uint32_t grid_resp_max, double
       fprintf(stderr, "[sweep %6.1fs] dp=%u cap=%llu batch %u\n", (bench_now_ms() - t_start) / 1e3,
               settings[w].dp, (unsigned long long)settings[w].cap, b);
       gen(0x73770000ull + b, SWEEP_N, settings[w].resp_max, len, loss);
-      pk_request_t req;
-      memset(&req, 0, sizeof req);
-      req.lengths = len;
-      req.loss_tokens = loss;
-      req.n_loss_tokens = SWEEP_N;
-      req.n = SWEEP_N;
-      req.parallel.dp = settings[w].dp;
-      req.batching.max_tokens = settings[w].cap;
-      req.batching.max_seqs = settings[w].max_seqs;
-      pk_plan_t *plan = NULL;
-      char err[512] = "";
-      double t0 = bench_now_ms();
-      if (pk_plan(&req, &plan, err, sizeof err) != 0) {
-        printf("batch %u failed: %s\n", b, err);
+      uint32_t micro = 0, bound = 0;
+      if (plan_counts(len, loss, SWEEP_N, settings[w].dp, settings[w].cap, settings[w].max_seqs,
+                      &micro, &bound, &ms[b]) != 0) {
         rc = -1;
         goto done;
       }
-      ms[b] = bench_now_ms() - t0;
-      uint32_t over = plan->stats.micro_batches_per_rank - plan->stats.micro_batches_lower_bound;
-      pk_plan_free(plan);
+      uint32_t over = micro - bound;
       at[over < 2 ? over : 2]++;
       worst = over > worst ? over : worst;
     }

@@ -182,6 +182,33 @@ static void test_complete_reaches_bound(void **state) {
   }
 }
 
+/* Plans n RL lengths (seeded) for dp ranks under cap 16384 and max_seqs 8,
+ * checks the plan's rules, and fails unless it is within `slack`
+ * micro-batches per rank of the bound. */
+static void check_rl_max_seqs(uint32_t n, uint32_t dp, uint64_t seed, uint32_t slack) {
+  uint32_t *lens = calloc(n, sizeof *lens);
+  assert_non_null(lens);
+  test_rng_t r = {seed};
+  for (uint32_t k = 0; k < n; k++)
+    lens[k] = test_rl_length(&r, 15360);
+  pk_request_t req;
+  memset(&req, 0, sizeof req);
+  req.lengths = lens;
+  req.n = n;
+  req.parallel.dp = dp;
+  req.batching.max_tokens = 16384;
+  req.batching.max_seqs = 8;
+  pk_plan_t *plan = NULL;
+  char err[256];
+  assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
+  check_plan(&req, plan);
+  if (plan->stats.micro_batches_per_rank > plan->stats.micro_batches_lower_bound + slack)
+    fail_msg("n %u dp %u seed %llu: %u micro-batches, bound %u", n, dp, (unsigned long long)seed,
+             plan->stats.micro_batches_per_rank, plan->stats.micro_batches_lower_bound);
+  pk_plan_free(plan);
+  free(lens);
+}
+
 /* max_seqs 8 (cap 16384, RL batches, n = 2048, DP 4): the column packings
  * and first fit fill micro-batches by tokens and run out of count; before
  * completion kept room for the slots left, seeds 1 to 6 ended 5 to 9
@@ -189,30 +216,8 @@ static void test_complete_reaches_bound(void **state) {
  * at most 2. */
 static void test_complete_max_seqs(void **state) {
   (void)state;
-  for (uint64_t seed = 1; seed <= 6; seed++) {
-    uint32_t n = 2048;
-    uint32_t *lens = calloc(n, sizeof *lens);
-    assert_non_null(lens);
-    test_rng_t r = {seed};
-    for (uint32_t k = 0; k < n; k++)
-      lens[k] = test_rl_length(&r, 15360);
-    pk_request_t req;
-    memset(&req, 0, sizeof req);
-    req.lengths = lens;
-    req.n = n;
-    req.parallel.dp = 4;
-    req.batching.max_tokens = 16384;
-    req.batching.max_seqs = 8;
-    pk_plan_t *plan = NULL;
-    char err[256];
-    assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
-    check_plan(&req, plan);
-    if (plan->stats.micro_batches_per_rank > plan->stats.micro_batches_lower_bound + 2)
-      fail_msg("seed %llu: %u micro-batches, bound %u", (unsigned long long)seed,
-               plan->stats.micro_batches_per_rank, plan->stats.micro_batches_lower_bound);
-    pk_plan_free(plan);
-    free(lens);
-  }
+  for (uint64_t seed = 1; seed <= 6; seed++)
+    check_rl_max_seqs(2048, 4, seed, 2);
 }
 
 /* The completion packings that keep room for later slots let the largest
@@ -225,34 +230,9 @@ static void test_complete_max_seqs(void **state) {
  * evenly. */
 static void test_complete_max_seqs_opens_largest(void **state) {
   (void)state;
-  const struct { uint32_t n, dp, slack; } cases[] = {{8192, 8, 1}, {2048, 1, 2}};
-  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
-    for (uint64_t seed = 1; seed <= 4; seed++) {
-      uint32_t n = cases[c].n;
-      uint32_t *lens = calloc(n, sizeof *lens);
-      assert_non_null(lens);
-      test_rng_t r = {seed};
-      for (uint32_t k = 0; k < n; k++)
-        lens[k] = test_rl_length(&r, 15360);
-      pk_request_t req;
-      memset(&req, 0, sizeof req);
-      req.lengths = lens;
-      req.n = n;
-      req.parallel.dp = cases[c].dp;
-      req.batching.max_tokens = 16384;
-      req.batching.max_seqs = 8;
-      pk_plan_t *plan = NULL;
-      char err[256];
-      assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
-      check_plan(&req, plan);
-      if (plan->stats.micro_batches_per_rank >
-          plan->stats.micro_batches_lower_bound + cases[c].slack)
-        fail_msg("n %u dp %u seed %llu: %u micro-batches, bound %u", n, cases[c].dp,
-                 (unsigned long long)seed, plan->stats.micro_batches_per_rank,
-                 plan->stats.micro_batches_lower_bound);
-      pk_plan_free(plan);
-      free(lens);
-    }
+  for (uint64_t seed = 1; seed <= 4; seed++) {
+    check_rl_max_seqs(8192, 8, seed, 1);
+    check_rl_max_seqs(2048, 1, seed, 2);
   }
 }
 
