@@ -8,16 +8,16 @@
 #   NCCL_ROOT=/path/to/nvidia/nccl gpu/build.sh
 #   PK_GPU_CUDA=OFF gpu/build.sh      # host backend only
 #
-# Output in $OUT (default build-gpu-sh/): libpackd_gpu.so, test_gpu_cuda.
+# Output in $BUILD_DIR (default build-gpu-sh/): libpackd_gpu.so, test_gpu_cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-build-gpu-sh}
+BUILD_DIR=${BUILD_DIR:-build-gpu-sh}
 CC=${CC:-cc}
 PY=${PY:-python3}
 PK_GPU_CUDA=${PK_GPU_CUDA:-ON}
 ARCH=${ARCH:-90}
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
+mkdir -p "$BUILD_DIR"
+BUILD_DIR=$(cd "$BUILD_DIR" && pwd)
 
 CFLAGS=(-std=c11 -O2 -g -fPIC -fvisibility=hidden -D_POSIX_C_SOURCE=200809L
         -Wall -Wextra -Wshadow -Wstrict-prototypes -Wno-unused-parameter
@@ -62,16 +62,16 @@ PYEOF
   echo "nvcc: $NVCC (sm_$ARCH)"
   "$NVCC" -O2 -std=c++17 -lineinfo -gencode "arch=compute_$ARCH,code=[sm_$ARCH,compute_$ARCH]" \
     -Xcompiler -fPIC,-fvisibility=hidden -Igpu/include -Igpu/src -DPK_GPU_WITH_CUDA \
-    -c gpu/src/cuda_backend.cu -o "$OUT/cuda_backend.o"
-  OBJS+=("$OUT/cuda_backend.o")
+    -c gpu/src/cuda_backend.cu -o "$BUILD_DIR/cuda_backend.o"
+  OBJS+=("$BUILD_DIR/cuda_backend.o")
   LIBS+=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -lcudart_static -lrt -ldl -lstdc++)
 fi
 
 for src in error api layout host_backend exchange transport_fake transport_nccl; do
-  "$CC" "${CFLAGS[@]}" -c "gpu/src/$src.c" -o "$OUT/$src.o"
-  OBJS+=("$OUT/$src.o")
+  "$CC" "${CFLAGS[@]}" -c "gpu/src/$src.c" -o "$BUILD_DIR/$src.o"
+  OBJS+=("$BUILD_DIR/$src.o")
 done
-"$CC" -shared -o "$OUT/libpackd_gpu.so" "${OBJS[@]}" "${LIBS[@]}"
+"$CC" -shared -o "$BUILD_DIR/libpackd_gpu.so" "${OBJS[@]}" "${LIBS[@]}"
 "$CC" -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -Igpu/include -Itests/gpu tests/gpu/test_cuda.c \
-  -L"$OUT" -lpackd_gpu -Wl,-rpath,"$OUT" -o "$OUT/test_gpu_cuda"
-echo "built $OUT/libpackd_gpu.so and $OUT/test_gpu_cuda"
+  -L"$BUILD_DIR" -lpackd_gpu -Wl,-rpath,"$BUILD_DIR" -o "$BUILD_DIR/test_gpu_cuda"
+echo "built $BUILD_DIR/libpackd_gpu.so and $BUILD_DIR/test_gpu_cuda"

@@ -199,15 +199,19 @@ static int cuda_layout_upload(pk_gpu_ctx_t *ctx, pk_gpu_layout_t *l) {
   int rc = 0;
   size_t n1 = (size_t)l->host.n + 1;
   size_t rows_bytes = (sizeof(int32_t) * n1 + 15) / 16 * 16;
-  size_t bytes = rows_bytes + sizeof(int64_t) * n1;
+  size_t cu_bytes = sizeof(int64_t) * n1;
+  size_t bucket_bytes = sizeof(int32_t) * (size_t)l->host.nbuckets;
   unsigned char *block = NULL;
-  PK_CUDA_CHECK(cudaMallocAsync((void **)&block, bytes, stream_of(ctx)));
+  PK_CUDA_CHECK(
+      cudaMallocAsync((void **)&block, rows_bytes + cu_bytes + bucket_bytes, stream_of(ctx)));
   l->dev_block = block;
   PK_GPU_CHECK(upload(ctx, block, l->host_rows, sizeof(int32_t) * n1));
-  PK_GPU_CHECK(upload(ctx, block + rows_bytes, l->host_cu, sizeof(int64_t) * n1));
+  PK_GPU_CHECK(upload(ctx, block + rows_bytes, l->host_cu, cu_bytes));
+  PK_GPU_CHECK(upload(ctx, block + rows_bytes + cu_bytes, l->host_bucket, bucket_bytes));
   l->dev = l->host;
   l->dev.rows = (const int32_t *)block;
   l->dev.cu = (const int64_t *)(block + rows_bytes);
+  l->dev.bucket = bucket_bytes > 0 ? (const int32_t *)(block + rows_bytes + cu_bytes) : NULL;
 out:
   return rc;
 }
@@ -241,9 +245,15 @@ static int cuda_pack(pk_gpu_ctx_t *ctx, const pk_gpu_layout_t *l, const int32_t 
   pk_cuda_ops k;
   memset(&k, 0, sizeof k);
   memcpy(k.op, ops, sizeof(pk_gpu_kop_t) * (size_t)nops);
-  dim3 grid(pk_cuda_blocks_for(ops, nops, l->host.local), (unsigned)nops);
-  pack_kernel<<<grid, PK_CUDA_THREADS, 0, stream_of(ctx)>>>(l->dev, start, length, cp_rank, k,
-                                                            (pk_gpu_bad_t *)ctx->dev_bad);
+  pk_cuda_set_tiles(k.op, nops, l->host.local);
+  dim3 grid(pk_cuda_blocks_for(k.op, nops, l->host.local), (unsigned)nops);
+  if (pk_cuda_unroll_for(ops, nops) > 1) {
+    pack_kernel<PK_CUDA_UNROLL><<<grid, PK_CUDA_THREADS, 0, stream_of(ctx)>>>(
+        l->dev, start, length, cp_rank, k, (pk_gpu_bad_t *)ctx->dev_bad);
+  } else {
+    pack_kernel<1><<<grid, PK_CUDA_THREADS, 0, stream_of(ctx)>>>(l->dev, start, length, cp_rank, k,
+                                                                 (pk_gpu_bad_t *)ctx->dev_bad);
+  }
   PK_CUDA_CHECK(cudaGetLastError());
 out:
   return rc;
@@ -257,9 +267,16 @@ static int cuda_unpack(pk_gpu_ctx_t *ctx, const pk_gpu_layout_t *l, const int32_
   pk_cuda_ops k;
   memset(&k, 0, sizeof k);
   memcpy(k.op, ops, sizeof(pk_gpu_kop_t) * (size_t)nops);
-  dim3 grid(pk_cuda_blocks_for(ops, nops, (int64_t)l->host.n * l->host.seqlen), (unsigned)nops);
-  unpack_kernel<<<grid, PK_CUDA_THREADS, 0, stream_of(ctx)>>>(l->dev, start, length, cp_rank, k,
-                                                              (pk_gpu_bad_t *)ctx->dev_bad);
+  int64_t items = (int64_t)l->host.n * l->host.seqlen;
+  pk_cuda_set_tiles(k.op, nops, items);
+  dim3 grid(pk_cuda_blocks_for(k.op, nops, items), (unsigned)nops);
+  if (pk_cuda_unroll_for(ops, nops) > 1) {
+    unpack_kernel<PK_CUDA_UNROLL><<<grid, PK_CUDA_THREADS, 0, stream_of(ctx)>>>(
+        l->dev, start, length, cp_rank, k, (pk_gpu_bad_t *)ctx->dev_bad);
+  } else {
+    unpack_kernel<1><<<grid, PK_CUDA_THREADS, 0, stream_of(ctx)>>>(l->dev, start, length, cp_rank,
+                                                                   k, (pk_gpu_bad_t *)ctx->dev_bad);
+  }
   PK_CUDA_CHECK(cudaGetLastError());
 out:
   return rc;

@@ -35,13 +35,40 @@ __device__ static void record_bad(pk_gpu_bad_t *b, int32_t kind, int32_t row, in
   }
 }
 
-template <typename T>
+/* Vectors each thread loads before it stores any in the wide kernels (see
+ * copy_units). */
+#ifndef PK_CUDA_UNROLL
+#define PK_CUDA_UNROLL 4
+#endif
+
+/* Copies nbytes with `lanes` threads, sizeof(T) bytes per access. With
+ * U > 1 each thread issues U loads before the stores: the compiler cannot
+ * move a load above an earlier store through pointers that may alias, so a
+ * plain loop waits a full memory latency per vector; with the loads grouped,
+ * U are in flight per thread. Source and destination never overlap (a pack
+ * or unpack reads one tensor and writes another). U > 1 costs registers
+ * (72 instead of 36 for pack on sm_90, so fewer resident threads), which
+ * is why only launches with wide rows use it (pk_cuda_unroll_for). */
+template <int U, typename T>
 __device__ static void copy_units(unsigned char *d, const unsigned char *s, int64_t nbytes,
                                   int lane, int lanes) {
   T *dt = reinterpret_cast<T *>(d);
   const T *st = reinterpret_cast<const T *>(s);
   int64_t n = nbytes / (int64_t)sizeof(T);
-  for (int64_t u = lane; u < n; u += lanes) {
+  int64_t u = lane;
+  if (U > 1) {
+    const int64_t step = (int64_t)lanes * U;
+    for (; u + (int64_t)lanes * (U - 1) < n; u += step) {
+      T v[U];
+      for (int k = 0; k < U; k++) {
+        v[k] = st[u + (int64_t)k * lanes];
+      }
+      for (int k = 0; k < U; k++) {
+        dt[u + (int64_t)k * lanes] = v[k];
+      }
+    }
+  }
+  for (; u < n; u += lanes) {
     dt[u] = st[u];
   }
 }
@@ -82,23 +109,24 @@ __device__ static void fill_units(unsigned char *d, int64_t nbytes, uint64_t bit
   }
 }
 
+template <int U>
 __device__ static void copy_row(unsigned char *d, const unsigned char *s, int64_t nbytes, int vec,
                                 int lane, int lanes) {
   switch (vec) {
   case 16:
-    copy_units<uint4>(d, s, nbytes, lane, lanes);
+    copy_units<U, uint4>(d, s, nbytes, lane, lanes);
     break;
   case 8:
-    copy_units<uint2>(d, s, nbytes, lane, lanes);
+    copy_units<U, uint2>(d, s, nbytes, lane, lanes);
     break;
   case 4:
-    copy_units<unsigned int>(d, s, nbytes, lane, lanes);
+    copy_units<U, unsigned int>(d, s, nbytes, lane, lanes);
     break;
   case 2:
-    copy_units<unsigned short>(d, s, nbytes, lane, lanes);
+    copy_units<U, unsigned short>(d, s, nbytes, lane, lanes);
     break;
   default:
-    copy_units<unsigned char>(d, s, nbytes, lane, lanes);
+    copy_units<U, unsigned char>(d, s, nbytes, lane, lanes);
     break;
   }
 }
@@ -126,58 +154,142 @@ __device__ static void fill_row(unsigned char *d, int64_t nbytes, uint64_t bits,
 
 /* ---- Kernels ----------------------------------------------------------- */
 
+/* The most token rows each thread moves per tile in the narrow kernels
+ * (rows that need fewer than 32 lanes): a warp takes op->tile x (32 /
+ * lanes) consecutive rows, so the slot search and the span loads are done
+ * once per tile rather than once per row, and the rows' stores are
+ * independent. Tiles shrink (pk_cuda_set_tiles) until the launch has at
+ * least PK_CUDA_MIN_WARPS warps: with few rows, parallelism matters more. */
+#define PK_CUDA_TILE 8
+#define PK_CUDA_MIN_WARPS 4096
+
+/* The valid span of slot i with its bounds (c0, c1) and local range. */
+struct pk_cuda_slot {
+  int32_t i;
+  int32_t row;
+  int64_t c0, c1, lo, hi, st, len;
+};
+
+__device__ static void slot_load(const pk_gpu_meta_t &m, const int32_t *start,
+                                 const int32_t *length, int32_t r, int32_t i, bool report,
+                                 pk_gpu_bad_t *bad, pk_cuda_slot *q) {
+  int64_t badval = 0;
+  int32_t badkind;
+  q->i = i;
+  q->row = m.rows[i];
+  q->c0 = m.cu[i];
+  q->c1 = m.cu[i + 1];
+  pk_map_local_range(&m, r, q->c0, q->c1, &q->lo, &q->hi);
+  q->len = pk_map_span(&m, start, length, i, &q->st, &badkind, &badval);
+  if (badkind && report) {
+    record_bad(bad, badkind, q->row, badval);
+  }
+}
+
+template <int U>
 __global__ static void pack_kernel(const __grid_constant__ pk_gpu_meta_t m, const int32_t *start,
                                    const int32_t *length, int32_t r,
                                    const __grid_constant__ pk_cuda_ops ops, pk_gpu_bad_t *bad) {
   const pk_gpu_kop_t *op = &ops.op[blockIdx.y];
   const int lanes = op->lanes;
   const int lane = (int)(threadIdx.x & (unsigned)(lanes - 1));
-  const int64_t group = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / lanes;
-  const int64_t groups = ((int64_t)gridDim.x * blockDim.x) / lanes;
-  for (int64_t j = group; j < m.local; j += groups) {
-    int64_t g, st, badval = 0;
-    int32_t badkind;
-    int32_t i = pk_map_local(&m, r, j, &g);
-    int64_t len = pk_map_span(&m, start, length, i, &st, &badkind, &badval);
-    if (badkind && lane == 0) {
-      record_bad(bad, badkind, m.rows[i], badval);
+  if (lanes == 32) {
+    /* Wide rows: one warp per local token row. */
+    const int64_t group = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / lanes;
+    const int64_t groups = ((int64_t)gridDim.x * blockDim.x) / lanes;
+    for (int64_t j = group; j < m.local; j += groups) {
+      int64_t g;
+      pk_cuda_slot q;
+      slot_load(m, start, length, r, pk_map_local(&m, r, j, &g), lane == 0, bad, &q);
+      uint64_t bits;
+      int64_t col = pk_map_pack_action(op, g, q.len, q.st, &bits);
+      unsigned char *d = op->dst + j * op->row_bytes;
+      if (col >= 0) {
+        copy_row<U>(d, op->src + ((int64_t)q.row * m.seqlen + col) * op->row_bytes, op->row_bytes,
+                    op->vec, lane, lanes);
+      } else {
+        fill_row(d, op->row_bytes, bits, op->esize, op->vec, lane, lanes);
+      }
     }
-    uint64_t bits;
-    int64_t col = pk_map_pack_action(op, g, len, st, &bits);
-    unsigned char *d = op->dst + j * op->row_bytes;
-    if (col >= 0) {
-      copy_row(d, op->src + ((int64_t)m.rows[i] * m.seqlen + col) * op->row_bytes, op->row_bytes,
-               op->vec, lane, lanes);
-    } else {
-      fill_row(d, op->row_bytes, bits, op->esize, op->vec, lane, lanes);
+    return;
+  }
+  /* Narrow rows: tiles of consecutive local tokens; each thread finds the
+   * slot of its first token and walks forward across slot ends. */
+  const int per = 32 / lanes;
+  const int gi = (int)(threadIdx.x & 31u) / lanes;
+  const int64_t tile = (int64_t)per * op->tile;
+  const int64_t tiles = (m.local + tile - 1) / tile;
+  const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int64_t warps = ((int64_t)gridDim.x * blockDim.x) / 32;
+  for (int64_t t = warp; t < tiles; t += warps) {
+    int64_t j = t * tile + gi;
+    if (j >= m.local) {
+      continue;
+    }
+    int64_t g;
+    pk_cuda_slot q;
+    slot_load(m, start, length, r, pk_map_local(&m, r, j, &g), lane == 0, bad, &q);
+    for (int c = 0; c < op->tile && j < m.local; c++, j += per) {
+      while (j >= q.hi) {
+        slot_load(m, start, length, r, q.i + 1, lane == 0, bad, &q);
+      }
+      g = pk_map_local_offset(&m, r, q.c0, q.c1, q.lo, j);
+      uint64_t bits;
+      int64_t col = pk_map_pack_action(op, g, q.len, q.st, &bits);
+      unsigned char *d = op->dst + j * op->row_bytes;
+      if (col >= 0) {
+        copy_row<1>(d, op->src + ((int64_t)q.row * m.seqlen + col) * op->row_bytes, op->row_bytes,
+                    op->vec, lane, lanes);
+      } else {
+        fill_row(d, op->row_bytes, bits, op->esize, op->vec, lane, lanes);
+      }
     }
   }
 }
 
+template <int U>
 __global__ static void unpack_kernel(const __grid_constant__ pk_gpu_meta_t m, const int32_t *start,
                                      const int32_t *length, int32_t r,
                                      const __grid_constant__ pk_cuda_ops ops, pk_gpu_bad_t *bad) {
   const pk_gpu_kop_t *op = &ops.op[blockIdx.y];
   const int lanes = op->lanes;
   const int lane = (int)(threadIdx.x & (unsigned)(lanes - 1));
-  const int64_t group = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / lanes;
-  const int64_t groups = ((int64_t)gridDim.x * blockDim.x) / lanes;
-  const int64_t rows = (int64_t)m.n * m.seqlen;
-  for (int64_t k = group; k < rows; k += groups) {
-    int32_t i = (int32_t)(k / m.seqlen);
-    int64_t s = k % m.seqlen;
+  /* Work items: (sequence i, first column s) with `step` columns apart
+   * between a thread's rows; a wide row is one item of one column per warp,
+   * narrow rows come in tiles of op->tile columns per thread. */
+  const bool wide = lanes == 32;
+  const int per = 32 / lanes;
+  const int64_t tile = wide ? 1 : (int64_t)per * op->tile;
+  const int64_t tiles_per_row = (m.seqlen + tile - 1) / tile;
+  const int64_t items = (int64_t)m.n * tiles_per_row;
+  const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int64_t units = ((int64_t)gridDim.x * blockDim.x) / 32;
+  const int gi = wide ? 0 : (int)(threadIdx.x & 31u) / lanes;
+  const bool narrow_div = items <= (int64_t)UINT32_MAX; /* 32-bit division suffices. */
+  for (int64_t t = unit; t < items; t += units) {
+    int32_t i = narrow_div ? (int32_t)((uint32_t)t / (uint32_t)tiles_per_row)
+                           : (int32_t)(t / tiles_per_row);
+    int64_t s = (t - (int64_t)i * tiles_per_row) * tile + gi;
+    if (s >= m.seqlen) {
+      continue;
+    }
     int64_t st, badval = 0;
     int32_t badkind;
     int64_t len = pk_map_span(&m, start, length, i, &st, &badkind, &badval);
+    const int32_t row = m.rows[i];
     if (badkind && lane == 0 && s == 0) {
-      record_bad(bad, badkind, m.rows[i], badval);
+      record_bad(bad, badkind, row, badval);
     }
-    int64_t src = pk_map_unpack_src(&m, r, i, s, st, len);
-    unsigned char *d = op->dst + ((int64_t)m.rows[i] * m.seqlen + s) * op->row_bytes;
-    if (src >= 0) {
-      copy_row(d, op->src + src * op->row_bytes, op->row_bytes, op->vec, lane, lanes);
-    } else {
-      fill_row(d, op->row_bytes, op->fill, op->esize, op->vec, lane, lanes);
+    const int64_t c0 = m.cu[i], c1 = m.cu[i + 1];
+    const int count = wide ? 1 : op->tile;
+    for (int c = 0; c < count && s < m.seqlen; c++, s += per) {
+      int64_t src = pk_map_unpack_src_in(&m, r, c0, c1, s, st, len);
+      unsigned char *d = op->dst + ((int64_t)row * m.seqlen + s) * op->row_bytes;
+      if (src >= 0) {
+        copy_row<U>(d, op->src + src * op->row_bytes, op->row_bytes, op->vec, lane, lanes);
+      } else {
+        fill_row(d, op->row_bytes, op->fill, op->esize, op->vec, lane, lanes);
+      }
     }
   }
 }
@@ -234,11 +346,36 @@ __global__ static void spans_kernel(const void *mask, int32_t esize, int32_t bat
   }
 }
 
-/* Blocks for the largest op of a launch (grid-stride loops cover the rest). */
+/* The copy unroll of a launch: PK_CUDA_UNROLL when some op moves rows of
+ * at least PK_CUDA_UNROLL full 16-byte vectors per lane of a warp (the rows
+ * where memory latency, not index arithmetic, limits the kernel), else 1. */
+static inline int pk_cuda_unroll_for(const pk_gpu_kop_t *ops, int32_t nops) {
+  for (int32_t q = 0; q < nops; q++) {
+    if (ops[q].vec == 16 && ops[q].row_bytes >= (int64_t)16 * 32 * PK_CUDA_UNROLL) {
+      return PK_CUDA_UNROLL;
+    }
+  }
+  return 1;
+}
+
+/* Sets op->tile for a launch over `items` token rows: PK_CUDA_TILE rows per
+ * thread, fewer when that would leave fewer than PK_CUDA_MIN_WARPS warps. */
+static inline void pk_cuda_set_tiles(pk_gpu_kop_t *ops, int32_t nops, int64_t items) {
+  for (int32_t q = 0; q < nops; q++) {
+    int64_t per = 32 / ops[q].lanes;
+    int64_t t = items / (per * PK_CUDA_MIN_WARPS);
+    ops[q].tile = (int32_t)(t < 1 ? 1 : t > PK_CUDA_TILE ? PK_CUDA_TILE : t);
+  }
+}
+
+/* Blocks for the largest op of a launch over `items` token rows (grid-stride
+ * loops cover the rest): a warp per row for wide rows, a warp per tile of
+ * op->tile x (32 / lanes) rows for narrow ones (pk_cuda_set_tiles first). */
 static inline unsigned pk_cuda_blocks_for(const pk_gpu_kop_t *ops, int32_t nops, int64_t items) {
   int64_t most = 1;
   for (int32_t q = 0; q < nops; q++) {
-    int64_t threads = items * ops[q].lanes;
+    int64_t tile = ops[q].lanes == 32 ? 1 : (int64_t)(32 / ops[q].lanes) * ops[q].tile;
+    int64_t threads = (items + tile - 1) / tile * 32;
     int64_t b = (threads + PK_CUDA_THREADS - 1) / PK_CUDA_THREADS;
     most = b > most ? b : most;
   }

@@ -84,11 +84,12 @@ struct pk_gpu_ctx {
 
 struct pk_gpu_layout {
   pk_gpu_ctx_t *ctx;
-  pk_gpu_meta_t host; /* Pointers into host_rows / host_cu. */
+  pk_gpu_meta_t host; /* Pointers into host_rows / host_cu / host_bucket. */
   pk_gpu_meta_t dev;  /* The same metadata as the backend reads it. */
   int32_t *host_rows;
   int64_t *host_cu;
-  void *dev_block; /* CUDA: one device allocation holding rows and cu. */
+  int32_t *host_bucket; /* NULL when host.nbuckets is 0. */
+  void *dev_block;      /* CUDA: one device allocation holding rows, cu and bucket. */
 };
 
 #ifdef __cplusplus

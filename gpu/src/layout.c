@@ -81,6 +81,14 @@ int pk_gpu_layout_create(pk_gpu_ctx_t *ctx, const pk_gpu_layout_desc_t *d, pk_gp
   l->host.local = total / cp;
   l->host.rows = l->host_rows;
   l->host.cu = l->host_cu;
+  pk_map_bucket_count(&l->host, &l->host.bucket_shift, &l->host.nbuckets);
+  if (l->host.nbuckets > 0) {
+    l->host_bucket = malloc(sizeof(int32_t) * (size_t)l->host.nbuckets);
+    PK_GPU_REQUIRE(l->host_bucket != NULL, PK_GPU_ENOMEM,
+                   "layout search table of %d entries: out of memory", (int)l->host.nbuckets);
+    pk_map_bucket_fill(&l->host, l->host.bucket_shift, l->host.nbuckets, l->host_bucket);
+  }
+  l->host.bucket = l->host_bucket;
   l->dev = l->host;
   PK_GPU_CHECK(ctx->ops->layout_upload(ctx, l));
   *out = l;
@@ -89,6 +97,7 @@ out:
   if (l != NULL) {
     free(l->host_rows);
     free(l->host_cu);
+    free(l->host_bucket);
     free(l);
   }
   free(seen);
@@ -102,6 +111,7 @@ void pk_gpu_layout_destroy(pk_gpu_layout_t *l) {
   l->ctx->ops->layout_free(l->ctx, l);
   free(l->host_rows);
   free(l->host_cu);
+  free(l->host_bucket);
   free(l);
 }
 

@@ -73,10 +73,12 @@ static int failures;
     }                                                                                              \
   } while (0)
 
-/* A launch of pack (unpack = false) or unpack with grid (bx, nops) x threads. */
+/* A launch of pack (unpack = false) or unpack with grid (bx, nops) x threads;
+ * the kernels with the copy unroll when `wide` (whatever the rows' width, so
+ * both instantiations run on every shape). */
 static void emu_launch(bool unpack, unsigned bx, unsigned threads, const pk_gpu_meta_t &m,
                        const int32_t *start, const int32_t *length, int32_t r,
-                       const pk_cuda_ops &ops, int32_t nops, pk_gpu_bad_t *bad) {
+                       const pk_cuda_ops &ops, int32_t nops, pk_gpu_bad_t *bad, bool wide = false) {
   gridDim = {bx, (unsigned)nops, 1};
   blockDim = {threads, 1, 1};
   for (unsigned y = 0; y < (unsigned)nops; y++) {
@@ -84,10 +86,14 @@ static void emu_launch(bool unpack, unsigned bx, unsigned threads, const pk_gpu_
       for (unsigned t = 0; t < threads; t++) {
         blockIdx = {x, y, 0};
         threadIdx = {t, 0, 0};
-        if (unpack) {
-          unpack_kernel(m, start, length, r, ops, bad);
+        if (unpack && wide) {
+          unpack_kernel<PK_CUDA_UNROLL>(m, start, length, r, ops, bad);
+        } else if (unpack) {
+          unpack_kernel<1>(m, start, length, r, ops, bad);
+        } else if (wide) {
+          pack_kernel<PK_CUDA_UNROLL>(m, start, length, r, ops, bad);
         } else {
-          pack_kernel(m, start, length, r, ops, bad);
+          pack_kernel<1>(m, start, length, r, ops, bad);
         }
       }
     }
@@ -122,12 +128,12 @@ static void compare(const unsigned char *a, const unsigned char *b, size_t n, co
 static void test_pack_unpack(pk_gpu_ctx_t *ctx) {
   pkt_rng_t rng = {0xe4u};
   static const int es[4] = {1, 2, 4, 8};
-  static const int64_t ws[7] = {1, 3, 7, 8, 33, 64, 257};
+  static const int64_t ws[8] = {1, 3, 7, 8, 33, 64, 257, 1000};
   for (int t = 0; t < 300; t++) {
     rcase_t c;
     case_make(&rng, &c);
     int esize = es[t % 4];
-    int64_t W = ws[(t / 4) % 7];
+    int64_t W = ws[(t / 4) % 8];
     size_t mis = (size_t)(t % 5 == 0 ? t % 16 : 0);
     size_t rb = (size_t)W * esize, xb = rb * (size_t)c.B * c.S, tl = (size_t)c.Tl;
     unsigned char *x = (unsigned char *)malloc(xb + mis + 1);
@@ -170,10 +176,17 @@ static void test_pack_unpack(pk_gpu_ctx_t *ctx) {
       pk_gpu_bad_t bad;
       memset(&bad, 0, sizeof bad);
       /* The real geometry, then a tiny grid that forces the stride loops. */
-      unsigned bx = pk_cuda_blocks_for(k.op, 5, c.Tl);
       bool small = t % 2 == 1;
+      /* The real tiles with the real grid; forced tiles of 1..PK_CUDA_TILE
+       * rows with the tiny one (the test's batches are too small to get
+       * more than one row per thread on their own). */
+      pk_cuda_set_tiles(k.op, 5, c.Tl);
+      unsigned bx = pk_cuda_blocks_for(k.op, 5, c.Tl);
+      for (int q = 0; small && q < 5; q++) {
+        k.op[q].tile = 1 + (t / 2 + q) % PK_CUDA_TILE;
+      }
       emu_launch(false, small ? 1 : bx, small ? 32 : PK_CUDA_THREADS, l->host, c.start, c.length, r,
-                 k, 5, &bad);
+                 k, 5, &bad, (t & 2) != 0);
       EXPECT(bad.code == 0, "bad data in a valid case");
       for (int q = 0; q < 5; q++) {
         compare(h[q], e[q], sizes[q], q == 0 ? "pack" : "pack field", t);
@@ -196,9 +209,13 @@ static void test_pack_unpack(pk_gpu_ctx_t *ctx) {
     k.op[0] = to_kop(u);
     pk_gpu_bad_t bad;
     memset(&bad, 0, sizeof bad);
+    pk_cuda_set_tiles(k.op, 1, (int64_t)c.n * c.S);
     unsigned bx = pk_cuda_blocks_for(k.op, 1, (int64_t)c.n * c.S);
+    if (t % 3 == 0) {
+      k.op[0].tile = 1 + (t / 3) % PK_CUDA_TILE;
+    }
     emu_launch(true, t % 3 == 0 ? 1 : bx, t % 3 == 0 ? 64 : PK_CUDA_THREADS, l->host, c.start,
-               c.length, -1, k, 1, &bad);
+               c.length, -1, k, 1, &bad, (t & 2) != 0);
     compare(hb, eb, xb + 1, "gathered unpack", t);
     free(hb);
     free(eb);
