@@ -5,10 +5,11 @@
  * the host backend (pk_gpu_map.h), so both give the same bytes.
  *
  * Work split: blockIdx.y selects the tensor; inside it, groups of `lanes`
- * threads (1..32, chosen on the host from the row width) handle one token
- * row each in a grid-stride loop and move it `vec` bytes at a time (16-byte
- * loads when row width and pointers allow, down to single bytes for odd
- * rows). */
+ * threads (1..32, chosen on the host from the row width) move a token row
+ * `vec` bytes at a time (16-byte loads when row width and pointers allow,
+ * down to single bytes for odd rows) in grid-stride loops: a warp per row
+ * for wide rows, a warp per tile of consecutive rows for narrow ones
+ * (cuda_kernels.cuh has the geometry). */
 #include <cuda_runtime.h>
 
 #include <string.h>
