@@ -47,8 +47,9 @@ __device__ static void record_bad(pk_gpu_bad_t *b, int32_t kind, int32_t row, in
  * plain loop waits a full memory latency per vector; with the loads grouped,
  * U are in flight per thread. Source and destination never overlap (a pack
  * or unpack reads one tensor and writes another). U > 1 costs registers
- * (72 instead of 36 for pack on sm_90, so fewer resident threads), which
- * is why only launches with wide rows use it (pk_cuda_unroll_for). */
+ * (nvcc -Xptxas -v shows the two instantiations), so fewer threads are
+ * resident, which is why only launches with wide rows use it
+ * (pk_cuda_unroll_for). */
 template <int U, typename T>
 __device__ static void copy_units(unsigned char *d, const unsigned char *s, int64_t nbytes,
                                   int lane, int lanes) {
@@ -253,17 +254,16 @@ __global__ static void unpack_kernel(const __grid_constant__ pk_gpu_meta_t m, co
   const pk_gpu_kop_t *op = &ops.op[blockIdx.y];
   const int lanes = op->lanes;
   const int lane = (int)(threadIdx.x & (unsigned)(lanes - 1));
-  /* Work items: (sequence i, first column s) with `step` columns apart
-   * between a thread's rows; a wide row is one item of one column per warp,
-   * narrow rows come in tiles of op->tile columns per thread. */
-  const bool wide = lanes == 32;
+  /* Work items: tiles of per x op->tile consecutive columns of one padded
+   * row, a warp each; a thread takes every per-th column from its group's
+   * first (wide rows: per = 1 and op->tile = 1, a warp per column). */
   const int per = 32 / lanes;
-  const int64_t tile = wide ? 1 : (int64_t)per * op->tile;
+  const int64_t tile = (int64_t)per * op->tile;
   const int64_t tiles_per_row = (m.seqlen + tile - 1) / tile;
   const int64_t items = (int64_t)m.n * tiles_per_row;
   const int64_t unit = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
   const int64_t units = ((int64_t)gridDim.x * blockDim.x) / 32;
-  const int gi = wide ? 0 : (int)(threadIdx.x & 31u) / lanes;
+  const int gi = (int)(threadIdx.x & 31u) / lanes;
   const bool narrow_div = items <= (int64_t)UINT32_MAX; /* 32-bit division suffices. */
   for (int64_t t = unit; t < items; t += units) {
     int32_t i = narrow_div ? (int32_t)((uint32_t)t / (uint32_t)tiles_per_row)
@@ -280,8 +280,7 @@ __global__ static void unpack_kernel(const __grid_constant__ pk_gpu_meta_t m, co
       record_bad(bad, badkind, row, badval);
     }
     const int64_t c0 = m.cu[i], c1 = m.cu[i + 1];
-    const int count = wide ? 1 : op->tile;
-    for (int c = 0; c < count && s < m.seqlen; c++, s += per) {
+    for (int c = 0; c < op->tile && s < m.seqlen; c++, s += per) {
       int64_t src = pk_map_unpack_src_in(&m, r, c0, c1, s, st, len);
       unsigned char *d = op->dst + ((int64_t)row * m.seqlen + s) * op->row_bytes;
       if (src >= 0) {
@@ -357,12 +356,13 @@ static inline int pk_cuda_unroll_for(const pk_gpu_kop_t *ops, int32_t nops) {
   return 1;
 }
 
-/* Sets op->tile for a launch over `items` token rows: PK_CUDA_TILE rows per
- * thread, fewer when that would leave fewer than PK_CUDA_MIN_WARPS warps. */
+/* Sets op->tile for a launch over `items` token rows: for narrow rows
+ * PK_CUDA_TILE rows per thread, fewer when that would leave fewer than
+ * PK_CUDA_MIN_WARPS warps; 1 for wide rows (a warp per row). */
 static inline void pk_cuda_set_tiles(pk_gpu_kop_t *ops, int32_t nops, int64_t items) {
   for (int32_t q = 0; q < nops; q++) {
     int64_t per = 32 / ops[q].lanes;
-    int64_t t = items / (per * PK_CUDA_MIN_WARPS);
+    int64_t t = per == 1 ? 1 : items / (per * PK_CUDA_MIN_WARPS);
     ops[q].tile = (int32_t)(t < 1 ? 1 : t > PK_CUDA_TILE ? PK_CUDA_TILE : t);
   }
 }
@@ -373,7 +373,7 @@ static inline void pk_cuda_set_tiles(pk_gpu_kop_t *ops, int32_t nops, int64_t it
 static inline unsigned pk_cuda_blocks_for(const pk_gpu_kop_t *ops, int32_t nops, int64_t items) {
   int64_t most = 1;
   for (int32_t q = 0; q < nops; q++) {
-    int64_t tile = ops[q].lanes == 32 ? 1 : (int64_t)(32 / ops[q].lanes) * ops[q].tile;
+    int64_t tile = (int64_t)(32 / ops[q].lanes) * ops[q].tile;
     int64_t threads = (items + tile - 1) / tile * 32;
     int64_t b = (threads + PK_CUDA_THREADS - 1) / PK_CUDA_THREADS;
     most = b > most ? b : most;

@@ -81,12 +81,12 @@ int pk_gpu_layout_create(pk_gpu_ctx_t *ctx, const pk_gpu_layout_desc_t *d, pk_gp
   l->host.local = total / cp;
   l->host.rows = l->host_rows;
   l->host.cu = l->host_cu;
-  pk_map_bucket_count(&l->host, &l->host.bucket_shift, &l->host.nbuckets);
+  pk_map_bucket_count(&l->host);
   if (l->host.nbuckets > 0) {
     l->host_bucket = malloc(sizeof(int32_t) * (size_t)l->host.nbuckets);
     PK_GPU_REQUIRE(l->host_bucket != NULL, PK_GPU_ENOMEM,
                    "layout search table of %d entries: out of memory", (int)l->host.nbuckets);
-    pk_map_bucket_fill(&l->host, l->host.bucket_shift, l->host.nbuckets, l->host_bucket);
+    pk_map_bucket_fill(&l->host, l->host_bucket);
   }
   l->host.bucket = l->host_bucket;
   l->dev = l->host;

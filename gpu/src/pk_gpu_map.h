@@ -10,7 +10,6 @@
 #ifndef PK_GPU_MAP_H
 #define PK_GPU_MAP_H
 
-#include <stdbool.h>
 #include <stdint.h>
 
 #if defined(__CUDACC__)
@@ -149,45 +148,48 @@ PK_HD int64_t pk_map_local_offset(const pk_gpu_meta_t *m, int32_t r, int64_t c0,
   return o < c ? r * c + o : (2 * cp - 1 - r) * c + (o - c);
 }
 
+/* The divisor of the slot search: cp for zigzag (keys are local indices,
+ * slot bounds cu / cp), else 1 (keys are packed indices); the keys run over
+ * [0, total / divisor). */
+PK_HD int64_t pk_map_search_div(const pk_gpu_meta_t *m) {
+  return m->cp > 1 && m->algo == 0 ? m->cp : 1;
+}
+
 /* Local token j (0 <= j < Tl) of CP rank r: returns its sequence and sets *g
  * to its offset in the padded slot. */
 PK_HD int32_t pk_map_local(const pk_gpu_meta_t *m, int32_t r, int64_t j, int64_t *g) {
-  bool zigzag = m->cp > 1 && m->algo == 0;
-  int64_t key = m->cp > 1 && !zigzag ? (int64_t)r * m->local + j : j;
-  int32_t i = pk_map_find(m, zigzag ? m->cp : 1, key);
+  int32_t i = m->cp > 1 && m->algo != 0 ? pk_map_find(m, 1, (int64_t)r * m->local + j) /* ulysses */
+                                        : pk_map_find(m, pk_map_search_div(m), j);
   int64_t c0 = m->cu[i], c1 = m->cu[i + 1], lo, hi;
   pk_map_local_range(m, r, c0, c1, &lo, &hi);
   *g = pk_map_local_offset(m, r, c0, c1, lo, j);
   return i;
 }
 
-/* Fills bucket (nbuckets entries, see pk_gpu_meta_t) for m; nbuckets and
- * bucket_shift come from pk_map_bucket_count. Host only. */
-static inline void pk_map_bucket_fill(const pk_gpu_meta_t *m, int32_t shift, int32_t nbuckets,
-                                      int32_t *bucket) {
-  int64_t div = m->cp > 1 && m->algo == 0 ? m->cp : 1;
-  int64_t keys = div == 1 ? m->total : m->total / div;
-  for (int32_t b = 0; b < nbuckets; b++) {
-    int64_t key = (int64_t)b << shift;
-    bucket[b] = key < keys ? pk_map_find_in(m->cu, 0, m->n - 1, div, key) : m->n - 1;
-  }
-}
-
-/* The bucket geometry for m: a shift that gives about one slot per bucket
- * (at least 16 keys per bucket), and the entry count; *nbuckets = 0 when
- * there is nothing to search. Host only. */
-static inline void pk_map_bucket_count(const pk_gpu_meta_t *m, int32_t *shift, int32_t *nbuckets) {
-  int64_t div = m->cp > 1 && m->algo == 0 ? m->cp : 1;
-  int64_t keys = div == 1 ? m->total : m->total / div;
-  *shift = 4;
-  *nbuckets = 0;
+/* Sets m->bucket_shift (about one slot per bucket, at least 16 keys per
+ * bucket) and m->nbuckets (0 when there is nothing to search) for the
+ * bucket table of pk_gpu_meta_t. Host only. */
+static inline void pk_map_bucket_count(pk_gpu_meta_t *m) {
+  int64_t keys = m->total / pk_map_search_div(m);
+  m->bucket_shift = 4;
+  m->nbuckets = 0;
   if (m->n < 2 || keys < 1) {
     return;
   }
-  while (*shift < 30 && ((int64_t)1 << (*shift + 1)) * m->n <= keys) {
-    (*shift)++;
+  while (m->bucket_shift < 30 && ((int64_t)1 << (m->bucket_shift + 1)) * m->n <= keys) {
+    m->bucket_shift++;
   }
-  *nbuckets = (int32_t)((keys - 1) >> *shift) + 2;
+  m->nbuckets = (int32_t)((keys - 1) >> m->bucket_shift) + 2;
+}
+
+/* Fills bucket (m->nbuckets entries, from pk_map_bucket_count). Host only. */
+static inline void pk_map_bucket_fill(const pk_gpu_meta_t *m, int32_t *bucket) {
+  int64_t div = pk_map_search_div(m);
+  int64_t keys = m->total / div;
+  for (int32_t b = 0; b < m->nbuckets; b++) {
+    int64_t key = (int64_t)b << m->bucket_shift;
+    bucket[b] = key < keys ? pk_map_find_in(m->cu, 0, m->n - 1, div, key) : m->n - 1;
+  }
 }
 
 /* Offset g of the sequence in slot [c0, c1): returns the CP rank holding
