@@ -5,7 +5,8 @@
  * the AUTO targets of issue 2. See bench/planner/README.md.
  *
  * Usage: bench_planner [--workloads DIR] [--quick] [--full] [--csv FILE]
- *                      [--reps-scale X] [--save-samples DIR]
+ *                      [--reps-scale X] [--save-samples DIR] [--sweep-only]
+ * --sweep-only prints only the micro-batch count sweeps (sweep.c).
  * --save-samples writes every batch planned to DIR/WORKLOAD_N_CAP.txt, one
  * length per line (for bench/planner/padded_exact.py and other tools).
  * Progress goes to stderr, tables to stdout. */
@@ -336,14 +337,15 @@ static int save_sample(const char *dir, const char *name, uint32_t n, uint64_t c
 }
 
 static void usage(void) {
-  fprintf(stderr, "usage: bench_planner [--workloads DIR] [--quick] [--full] [--csv FILE] "
-                  "[--reps-scale X] [--save-samples DIR]\n");
+  fprintf(stderr,
+          "usage: bench_planner [--workloads DIR] [--quick] [--full] [--sweep-only] [--csv FILE] "
+          "[--reps-scale X] [--save-samples DIR]\n");
 }
 
 int main(int argc, char **argv) {
   const char *dir = PK_SOURCE_DIR "/bench/workloads";
   const char *csv_path = NULL, *samples_dir = NULL;
-  bool quick = false, full = false;
+  bool quick = false, full = false, sweep_only = false;
   double reps_scale = 1.0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--workloads") == 0 && i + 1 < argc)
@@ -358,6 +360,8 @@ int main(int argc, char **argv) {
       quick = true;
     else if (strcmp(argv[i], "--full") == 0)
       full = true;
+    else if (strcmp(argv[i], "--sweep-only") == 0)
+      sweep_only = true;
     else {
       usage();
       return 2;
@@ -366,6 +370,10 @@ int main(int argc, char **argv) {
   if (!(reps_scale > 0)) {
     fprintf(stderr, "bench_planner: --reps-scale must be > 0\n");
     return 2;
+  }
+  if (sweep_only) {
+    printf("# bench_planner --sweep-only\n");
+    return sweep_run(gen_rollout_to, rng_next, RESP_MAX, bench_now_ms()) != 0;
   }
 
   workload_t wl[] = {

@@ -140,7 +140,8 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
 
 /* Where first fit decreasing (s->bins, s->item_bin: every item placed in
  * `top` x dp micro-batches) needs more than lo columns: micro-batch
- * completion (aiming at lo, then one group more, at most 4 packings) where
+ * completion (aiming at lo x dp micro-batches, then half way to what the
+ * last aim reached, at least a group more; at most 4 packings) where
  * it needs fewer than top, else first fit; either repaired down
  * (pk_auto_repair_down) towards lo. *count and s->bins,
  * s->item_bin as pk_auto_repair_down leaves them. save_* as there. Returns

@@ -17,7 +17,18 @@
  * gives the leftovers of every count, and the repair walks the counts down
  * from the pass's own one. It takes any packing alike (micro-batch
  * completion, auto_complete.c, fills its micro-batches in order too): the
- * leftovers of a count are the items beyond it. */
+ * leftovers of a count are the items beyond it.
+ *
+ * The work is bounded: the exchange searches of one repair read at most
+ * PK_REPAIR_WORK_PER_ITEM item pairs per item of the batch, and the repair
+ * stops at the count it has reached when that is spent. Where the room is
+ * spread thin (a few tokens per micro-batch) a leftover may need hundreds
+ * of exchanges, each searching hundreds of partners, and fail anyway: a
+ * batch of 65536 random rollouts, cap 32768, one rank, read 73 million
+ * pairs (36 ms) on one count and failed. On the bench's batches the
+ * repairs that succeed read at most 0.6 million pairs but for one of 18
+ * million (a count saved at DP 8, cap 16384), which the bound keeps (the
+ * note on issue 2, session 19). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -31,12 +42,16 @@
 #define PK_REPAIR_PARTNERS 256
 /* The repair is tried when the leftovers need at most 1 / this of the room. */
 #define PK_REPAIR_ROOM_SHARE 10
+/* Item pairs the exchange searches of one repair may read, per item of the
+ * batch (see pk_auto_repair_down). */
+#define PK_REPAIR_WORK_PER_ITEM 320
 
 typedef struct repair {
   auto_state_t *s;
   uint32_t nbins;
   uint32_t *head; /* Per micro-batch: its first item (UINT32_MAX: none). */
   uint32_t *next; /* Per item: the next item of its micro-batch. */
+  uint64_t work;  /* Item pairs the exchange searches may still read. */
 } repair_t;
 
 static void set_room(repair_t *r, uint32_t i) {
@@ -127,6 +142,13 @@ static bool gather_room(repair_t *r, uint32_t a_bin, uint64_t need) {
             break;
           seen++;
           if (at != a_bin) {
+            /* The pairs this search reads (the wide one also reads a third
+             * item per pair); out of work, the gathering fails. */
+            uint64_t ca = s->bins[a_bin].count, cb = s->bins[at].count;
+            uint64_t cost = ca * (cb + 1) * (wide == 1 ? ca + cb : 1);
+            if (cost > r->work)
+              return false;
+            r->work -= cost;
             exchange_t e = best_exchange(r, a_bin, at, want, wide == 1);
             if (best.gain >= want ? e.gain >= want && e.gain < best.gain : e.gain > best.gain) {
               best = e;
@@ -224,7 +246,7 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
                         uint32_t *count) {
   uint32_t n = s->ctx->n, dp = s->dp;
   int rc = 0;
-  repair_t r = {.s = s};
+  repair_t r = {.s = s, .work = (uint64_t)PK_REPAIR_WORK_PER_ITEM * n};
   r.head = pk_malloc_array((size_t)top * dp, sizeof *r.head);
   r.next = pk_malloc_array(n, sizeof *r.next);
   uint32_t *leftover = pk_malloc_array(n, sizeof *leftover);
