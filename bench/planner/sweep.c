@@ -127,7 +127,9 @@ int sweep_run(sweep_gen_fn gen, sweep_rng_fn rng, uint32_t grid_resp_max, double
    * few short ones can close; and max_seqs 8 at cap 16384, where the count
    * and the tokens both bind; then one, two and four ranks (one node), where
    * a column is one to four micro-batches, so the count per rank follows
-   * the micro-batch count of the whole batch one for one. */
+   * the micro-batch count of the whole batch one for one; last max_seqs 4,
+   * where the count decides: the sequences cut at the length limit leave
+   * no room for three more beside them. */
   const struct {
     uint32_t dp;
     uint64_t cap;
@@ -144,7 +146,9 @@ int sweep_run(sweep_gen_fn gen, sweep_rng_fn rng, uint32_t grid_resp_max, double
                   {1, 32768, grid_resp_max, 0},
                   {1, 8192, 7168, 0},
                   {2, 8192, 7168, 0},
-                  {4, 8192, 7168, 0}};
+                  {4, 8192, 7168, 0},
+                  {8, 16384, grid_resp_max, 4},
+                  {1, 16384, grid_resp_max, 4}};
   size_t cap_len = SWEEP_N > FILL_BINS * FILL_PARTS_MAX ? SWEEP_N : FILL_BINS * FILL_PARTS_MAX;
   uint32_t *len = malloc(cap_len * sizeof *len);
   uint32_t *loss = malloc(SWEEP_N * sizeof *loss);

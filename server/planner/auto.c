@@ -488,6 +488,9 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
   }
   uint32_t ffd_m = 0;      /* 0: not probed yet. */
   uint32_t complete_m = 0; /* The count completion needed (max_seqs). */
+  /* The bisection's ends: the last count that failed, the least that fit
+   * (0: not bisecting). */
+  uint32_t bis_lo = 0, bis_hi = 0;
   for (;;) {
     if (m > max_m || m == 0) {
       rc = pk_fail(err, errlen, PK_EPRECOND,
@@ -589,13 +592,35 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       rc = pk_auto_refine_columns(&s);
     if (rc == 0)
       rc = pk_auto_lower_columns(&s);
-    if (rc == 0)
-      break;
-    if (rc != PK_EPRECOND) {
+    if (rc != 0 && rc != PK_EPRECOND) {
       pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
       goto done;
     }
-    m += cfg->group;
+    /* Where completion has said it fits at complete_m and the other
+     * packings fail below it, the least count that fits is searched by
+     * bisection over (the last count that failed, complete_m], not one
+     * group at a time: under max_seqs the counts can lie hundreds of groups
+     * apart (65536 RL sequences, max_seqs 4: the bound 16384, completion
+     * about 18000 micro-batches, and each failed count cost two whole
+     * packings, 25 s in all; the note on issue 2, session 19). The packing
+     * at the least count is made again at the end (each try overwrites the
+     * state), and every try is deterministic. */
+    if (rc == 0 && (bis_hi == 0 || m <= bis_lo + cfg->group))
+      break;
+    if (rc == 0)
+      bis_hi = m;
+    else if (bis_hi != 0)
+      bis_lo = m;
+    else if (complete_m != UINT32_MAX && complete_m > m + cfg->group) {
+      bis_lo = m;
+      bis_hi = complete_m;
+    }
+    if (bis_hi == 0)
+      m += cfg->group;
+    else if (bis_hi - bis_lo <= cfg->group)
+      m = bis_hi;
+    else
+      m = bis_lo + (bis_hi - bis_lo) / cfg->group / 2 * cfg->group;
   }
 deal:
   rc = deal_columns(&s, out);

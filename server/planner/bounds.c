@@ -108,6 +108,51 @@ static uint64_t packed_bins_l2(const pk_ctx_t *ctx, const uint32_t *by_size) {
   return best;
 }
 
+/* PACKED with max_seqs: the fewest bins of capacity cap and at most
+ * max_seqs items each. Take the t largest items, all above cap / 2: no two
+ * share a bin, so they open t bins. The bin of such an item i (room r_i =
+ * cap - its size) holds at most q_i others, q_i = min(max_seqs - 1, the
+ * most of the smallest items of the batch whose sizes add up to at most
+ * r_i: any j other items add up to at least the j smallest), and all
+ * those others together fit into the sum of the rooms, so they are at most
+ * the most smallest items that sum fits. The items left need bins of
+ * max_seqs: t + ceil((n - t - held) / max_seqs) for every t, t = 0 being
+ * the count bound. As t grows the rooms grow, so both counts of smallest
+ * items move one way: two pointers over the ascending prefix sums, O(n).
+ * Where the widest sequences leave little room (RL rollouts cut at the
+ * length limit, cap the limit, max_seqs 4) the count bound alone takes
+ * every micro-batch as holding max_seqs of them. */
+static uint64_t packed_count_bound(const pk_ctx_t *ctx, const uint32_t *by_size) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n;
+  uint64_t cap = cfg->cap, per = cfg->max_seqs;
+  uint64_t best = (n + per - 1) / per;
+  /* asc[j]: the sum of the j smallest sizes. */
+  uint64_t *asc = pk_malloc_array((size_t)n + 1, sizeof *asc);
+  if (asc == NULL)
+    return best;
+  asc[0] = 0;
+  for (uint32_t j = 0; j < n; j++)
+    asc[j + 1] = asc[j] + ctx->size[by_size[n - 1 - j]];
+  uint64_t held_each = 0, room_sum = 0;
+  uint32_t q = 0, fit_sum = 0; /* Smallest items fitting one room, the sum of rooms. */
+  for (uint32_t t = 0; t < n && ctx->size[by_size[t]] * 2 > cap; t++) {
+    uint64_t room = cap - ctx->size[by_size[t]];
+    while (q < n && asc[q + 1] <= room)
+      q++;
+    held_each += PK_MIN((uint64_t)q, per - 1);
+    room_sum += room;
+    while (fit_sum < n && asc[fit_sum + 1] <= room_sum)
+      fit_sum++;
+    uint64_t held = PK_MIN(held_each, (uint64_t)fit_sum);
+    uint64_t opened = (uint64_t)t + 1, left = n - opened;
+    left = left > held ? left - held : 0;
+    best = PK_MAX(best, opened + (left + per - 1) / per);
+  }
+  free(asc);
+  return best;
+}
+
 uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
   if (ctx->micro_lb != 0)
     return ctx->micro_lb;
@@ -129,6 +174,8 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
       if (by_size != NULL) {
         uint64_t g = cfg->mode == PK_MODE_PADDED ? padded_groups(ctx, by_size)
                                                  : packed_bins_l2(ctx, by_size);
+        if (cfg->mode == PK_MODE_PACKED && cfg->max_seqs != UINT32_MAX)
+          g = PK_MAX(g, packed_count_bound(ctx, by_size));
         m = PK_MAX(m, (g + dp - 1) / dp);
       }
       free(owned);

@@ -275,6 +275,44 @@ static void test_complete_max_seqs_opens_largest(void **state) {
   }
 }
 
+/* max_seqs 4, cap 16384, RL lengths: the sequences cut at the length limit
+ * leave no room for three more beside them, so the count needs hundreds of
+ * micro-batches above the count bound. The planner used to walk there one
+ * count at a time, two failed packings each (65536 sequences: 25 s at DP
+ * 1, the note on issue 2, session 19); it now bisects between the last
+ * failed count and completion's. The plan obeys every rule and stays
+ * within 2 % of the bound, which counts the room beside those sequences
+ * (bounds.c, packed_count_bound). */
+static void test_max_seqs_count_decides(void **state) {
+  (void)state;
+  const uint32_t n = 16384;
+  uint32_t *lens = calloc(n, sizeof *lens);
+  assert_non_null(lens);
+  test_rng_t r = {0x6d617834ull};
+  for (uint32_t k = 0; k < n; k++)
+    lens[k] = test_rl_length(&r, 15360);
+  for (uint32_t dp = 1; dp <= 8; dp *= 8) {
+    pk_request_t req;
+    memset(&req, 0, sizeof req);
+    req.lengths = lens;
+    req.n = n;
+    req.parallel.dp = dp;
+    req.batching.max_tokens = 16384;
+    req.batching.max_seqs = 4;
+    pk_plan_t *plan = NULL;
+    char err[256];
+    assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
+    check_plan(&req, plan);
+    uint32_t m = plan->stats.micro_batches_per_rank, lb = plan->stats.micro_batches_lower_bound;
+    /* Above the count bound, n / (max_seqs x dp). */
+    assert_true((uint64_t)lb * dp * 4 > (uint64_t)n + 4 * dp);
+    if ((double)m > (double)lb * 1.02)
+      fail_msg("dp %u: %u micro-batches per rank, bound %u", dp, m, lb);
+    pk_plan_free(plan);
+  }
+  free(lens);
+}
+
 /* Whole plans where completion runs (RL batches that nearly fill the cap,
  * so first fit needs more micro-batches than the bound), with the options
  * that constrain it: max_seqs, microbatch_group, zero-length sequences,
@@ -334,6 +372,7 @@ int main(void) {
       cmocka_unit_test(test_complete_exchange_two),
       cmocka_unit_test(test_complete_reaches_bound),
       cmocka_unit_test(test_tighten_aims_in_micro_batches),
+      cmocka_unit_test(test_max_seqs_count_decides),
       cmocka_unit_test(test_complete_max_seqs),
       cmocka_unit_test(test_complete_max_seqs_opens_largest),
       cmocka_unit_test(test_complete_plans_props),

@@ -308,6 +308,47 @@ static void test_bounds_packed_wide(void **state) {
   }
 }
 
+/* PACKED with max_seqs: sequences above half the cap open a micro-batch
+ * each, and beside them fit only as many others as their room takes. Three
+ * of 95 and four of 10 under cap 100, max_seqs 3: the count bound says 3,
+ * L2 4 (the 95s, and the 10s' 40 tokens need one more), but the 95s leave
+ * 5 tokens each, so the 10s need two micro-batches of their own: 5, which
+ * the exhaustive search confirms. Random batches of wide and narrow items
+ * under max_seqs 2 or 3: the bound is never above the fewest micro-batches
+ * any plan has. */
+static void test_bound_count_beside_wide(void **state) {
+  (void)state;
+  static const uint32_t lens[] = {95, 95, 95, 10, 10, 10, 10};
+  fx_t f;
+  fx_init(&f, lens, 7, 1, PK_MODE_PACKED, 100);
+  f.cfg.max_seqs = 3;
+  fx_build(&f);
+  assert_int_equal(pk_micro_lower_bound(&f.ctx), 5);
+  assert_true(isinf(brute_force(&f, 4)));
+  assert_false(isinf(brute_force(&f, 5)));
+  fx_free(&f);
+  uint64_t seed = 0x636f756eull;
+  for (int iter = 0; iter < 300; iter++) {
+    uint32_t n = 4 + fx_below(&seed, 4); /* 4..7 */
+    uint32_t dp = 1 + fx_below(&seed, 2);
+    uint32_t lens2[8];
+    for (uint32_t i = 0; i < n; i++)
+      lens2[i] = fx_below(&seed, 3) == 0 ? 51 + fx_below(&seed, 50) : 1 + fx_below(&seed, 30);
+    fx_init(&f, lens2, n, dp, PK_MODE_PACKED, 100);
+    f.cfg.max_seqs = 2 + fx_below(&seed, 2);
+    fx_build(&f);
+    uint32_t lb = pk_micro_lower_bound(&f.ctx);
+    uint32_t fewest = 0;
+    for (uint32_t m = 1; m * dp <= n && dp * m <= 16 && fewest == 0; m++)
+      if (!isinf(brute_force(&f, m)))
+        fewest = m;
+    if (fewest != 0 && lb > fewest)
+      fail_msg("iter %d: bound %u above the fewest %u (n %u dp %u max_seqs %u)", iter, lb, fewest,
+               n, dp, f.cfg.max_seqs);
+    fx_free(&f);
+  }
+}
+
 /* The step memo (pk_ctx_t.step_memo): outside PADDED mode the bound for m
  * is computed once and read back; a different m computes afresh, and the
  * values are those of a context without a memo. */
@@ -350,6 +391,7 @@ int main(void) {
       cmocka_unit_test(test_step_bound_wide_items),
       cmocka_unit_test(test_step_bound_room_density),
       cmocka_unit_test(test_bounds_packed_wide),
+      cmocka_unit_test(test_bound_count_beside_wide),
       cmocka_unit_test(test_step_bound_memo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
