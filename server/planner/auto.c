@@ -604,11 +604,14 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
      * about 18000 micro-batches, and each failed count cost two whole
      * packings, 25 s in all; the note on issue 2, session 19). The packing
      * at the least count is made again at the end (each try overwrites the
-     * state), and every try is deterministic. */
+     * state); every try is deterministic, but should that try fail, the
+     * search goes on one group at a time from there. */
     if (rc == 0 && (bis_hi == 0 || m <= bis_lo + cfg->group))
       break;
     if (rc == 0)
       bis_hi = m;
+    else if (bis_hi != 0 && m >= bis_hi)
+      bis_hi = 0;
     else if (bis_hi != 0)
       bis_lo = m;
     else if (complete_m != UINT32_MAX && complete_m > m + cfg->group) {
