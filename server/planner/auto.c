@@ -583,6 +583,27 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
           complete_m = UINT32_MAX; /* Not within max_m either. */
         if (rc == 0) {
           complete_m = (uint32_t)pk_round_up((used + dp - 1) / dp, cfg->group);
+          if (complete_m > m + cfg->group && bis_hi == 0) {
+            /* Far above m: first fit, the tightest of the other packings,
+             * tells in one pass the count it needs. At or above
+             * completion's, no count between fits by them in practice (the
+             * bench's max_seqs 4 batches never did), so completion's
+             * packing is taken at its own count; below, the least count is
+             * bisected in (m, first fit's] (below). */
+            size_t kept = (size_t)complete_m * dp;
+            memcpy(saved_bins, s.bins, kept * sizeof *saved_bins);
+            memcpy(saved_item_bin, s.item_bin, (size_t)n * sizeof *saved_item_bin);
+            uint32_t ffd = ffd_min_micro(&s, order, max_m);
+            if (ffd >= complete_m) {
+              memcpy(s.bins, saved_bins, kept * sizeof *saved_bins);
+              memset(s.bins + kept, 0, ((size_t)max_m * dp - kept) * sizeof *s.bins);
+              memcpy(s.item_bin, saved_item_bin, (size_t)n * sizeof *saved_item_bin);
+              m = complete_m;
+            } else {
+              bis_lo = m;
+              bis_hi = ffd;
+            }
+          }
           s.m = m;
           rc = complete_m <= m ? pk_auto_bins_finish(&s, order) : PK_EPRECOND;
         }
@@ -596,13 +617,14 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
       goto done;
     }
-    /* Where completion has said it fits at complete_m and the other
-     * packings fail below it, the least count that fits is searched by
-     * bisection over (the last count that failed, complete_m], not one
-     * group at a time: under max_seqs the counts can lie hundreds of groups
-     * apart (65536 RL sequences, max_seqs 4: the bound 16384, completion
-     * about 18000 micro-batches, and each failed count cost two whole
-     * packings, 25 s in all; the note on issue 2, session 19). The packing
+    /* Where first fit has said it fits at bis_hi (below completion's
+     * count, see above) and the packings fail below it, the least count
+     * that fits is searched by bisection over (the last count that failed,
+     * bis_hi], not one group at a time: under max_seqs the counts can lie
+     * hundreds of groups apart (65536 RL sequences, max_seqs 4: the count
+     * bound 16384, completion about 18000 micro-batches, and each failed
+     * count cost two whole packings, 25 s in all; the note on issue 2,
+     * session 19). The packing
      * at the least count is made again at the end (each try overwrites the
      * state); every try is deterministic, but should that try fail, the
      * search goes on one group at a time from there. */
@@ -614,10 +636,6 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       bis_hi = 0;
     else if (bis_hi != 0)
       bis_lo = m;
-    else if (complete_m != UINT32_MAX && complete_m > m + cfg->group) {
-      bis_lo = m;
-      bis_hi = complete_m;
-    }
     if (bis_hi == 0)
       m += cfg->group;
     else if (bis_hi - bis_lo <= cfg->group)
