@@ -26,6 +26,11 @@
  *     a count go in after swaps gather room. The column packings are not
  *     tried at such a count, nor where first fit is already within 0.1 % of
  *     the step bound.
+ *   - under max_seqs, where the column packings and first fit fail at the
+ *     bound, micro-batch completion (keeping room for later slots) gives a
+ *     count; where that is more than a group above and first fit needs as
+ *     many, completion's packing is taken at its count, else the least
+ *     count is bisected below first fit's.
  *   - pk_auto_pack_best runs the level and the tier packing and keeps the
  *     lower step cost; the second is skipped when the first is within 0.5 %
  *     of the step bound. The tier packing goes first where first fit came
