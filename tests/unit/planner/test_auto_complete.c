@@ -137,6 +137,25 @@ static void test_complete_exchange_two(void **state) {
   fx_free(&f);
 }
 
+/* Plans lens for dp ranks under cap (and max_seqs; 0: none) with the
+ * defaults otherwise, and checks every rule of the plan; the caller frees
+ * it. */
+static pk_plan_t *plan_checked(const uint32_t *lens, uint32_t n, uint32_t dp, uint64_t cap,
+                               uint32_t max_seqs) {
+  pk_request_t req;
+  memset(&req, 0, sizeof req);
+  req.lengths = lens;
+  req.n = n;
+  req.parallel.dp = dp;
+  req.batching.max_tokens = cap;
+  req.batching.max_seqs = max_seqs;
+  pk_plan_t *plan = NULL;
+  char err[256];
+  assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
+  check_plan(&req, plan);
+  return plan;
+}
+
 /* Nearly full RL batches (test_rl_length, responses up to cap - 1024
  * tokens); `above` is the most micro-batches per rank above the bound
  * expected now. Cap 16384, one rank: first fit decreasing and its repair
@@ -164,16 +183,7 @@ static void test_complete_reaches_bound(void **state) {
     test_rng_t r = {cases[c].seed};
     for (uint32_t k = 0; k < n; k++)
       lens[k] = test_rl_length(&r, (uint32_t)cases[c].cap - 1024);
-    pk_request_t req;
-    memset(&req, 0, sizeof req);
-    req.lengths = lens;
-    req.n = n;
-    req.parallel.dp = cases[c].dp;
-    req.batching.max_tokens = cases[c].cap;
-    pk_plan_t *plan = NULL;
-    char err[256];
-    assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
-    check_plan(&req, plan);
+    pk_plan_t *plan = plan_checked(lens, n, cases[c].dp, cases[c].cap, 0);
     if (plan->stats.micro_batches_per_rank > plan->stats.micro_batches_lower_bound + cases[c].above)
       fail_msg("n %u seed %llu: %u micro-batches, bound %u", n, (unsigned long long)cases[c].seed,
                plan->stats.micro_batches_per_rank, plan->stats.micro_batches_lower_bound);
@@ -201,16 +211,7 @@ static void test_tighten_aims_in_micro_batches(void **state) {
     for (uint32_t k = 0; k < n; k++)
       lens[k] = test_rl_length(&r, 7168);
     for (uint32_t dp = 1; dp <= 2; dp++) {
-      pk_request_t req;
-      memset(&req, 0, sizeof req);
-      req.lengths = lens;
-      req.n = n;
-      req.parallel.dp = dp;
-      req.batching.max_tokens = 8192;
-      pk_plan_t *plan = NULL;
-      char err[256];
-      assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
-      check_plan(&req, plan);
+      pk_plan_t *plan = plan_checked(lens, n, dp, 8192, 0);
       uint32_t slack = dp == 1 ? 12 : 6;
       if (plan->stats.micro_batches_per_rank > plan->stats.micro_batches_lower_bound + slack)
         fail_msg("seed %llu dp %u: %u micro-batches per rank, bound %u", (unsigned long long)seed,
@@ -230,17 +231,7 @@ static void check_rl_max_seqs(uint32_t n, uint32_t dp, uint64_t seed, uint32_t s
   test_rng_t r = {seed};
   for (uint32_t k = 0; k < n; k++)
     lens[k] = test_rl_length(&r, 15360);
-  pk_request_t req;
-  memset(&req, 0, sizeof req);
-  req.lengths = lens;
-  req.n = n;
-  req.parallel.dp = dp;
-  req.batching.max_tokens = 16384;
-  req.batching.max_seqs = 8;
-  pk_plan_t *plan = NULL;
-  char err[256];
-  assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
-  check_plan(&req, plan);
+  pk_plan_t *plan = plan_checked(lens, n, dp, 16384, 8);
   if (plan->stats.micro_batches_per_rank > plan->stats.micro_batches_lower_bound + slack)
     fail_msg("n %u dp %u seed %llu: %u micro-batches, bound %u", n, dp, (unsigned long long)seed,
              plan->stats.micro_batches_per_rank, plan->stats.micro_batches_lower_bound);
@@ -292,17 +283,7 @@ static void test_max_seqs_count_decides(void **state) {
   for (uint32_t k = 0; k < n; k++)
     lens[k] = test_rl_length(&r, 15360);
   for (uint32_t dp = 1; dp <= 8; dp *= 8) {
-    pk_request_t req;
-    memset(&req, 0, sizeof req);
-    req.lengths = lens;
-    req.n = n;
-    req.parallel.dp = dp;
-    req.batching.max_tokens = 16384;
-    req.batching.max_seqs = 4;
-    pk_plan_t *plan = NULL;
-    char err[256];
-    assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
-    check_plan(&req, plan);
+    pk_plan_t *plan = plan_checked(lens, n, dp, 16384, 4);
     uint32_t m = plan->stats.micro_batches_per_rank, lb = plan->stats.micro_batches_lower_bound;
     /* Above the count bound, n / (max_seqs x dp). */
     assert_true((uint64_t)lb * dp * 4 > (uint64_t)n + 4 * dp);
