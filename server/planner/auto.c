@@ -629,10 +629,10 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
      * hundreds of groups apart (65536 RL sequences, max_seqs 4: the count
      * bound 16384, completion about 18000 micro-batches, and each failed
      * count cost two whole packings, 25 s in all; the note on issue 2,
-     * session 19). The packing
-     * at the least count is made again at the end (each try overwrites the
-     * state); every try is deterministic, but should that try fail, the
-     * search goes on one group at a time from there. */
+     * session 19). The packing at the least count is made again at the
+     * end (each try overwrites the state); every try is deterministic, but
+     * should that try fail, the search goes on one group at a time from
+     * there. */
     if (rc == 0 && (bis_hi == 0 || m <= bis_lo + cfg->group))
       break;
     if (rc == 0)

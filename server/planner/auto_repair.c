@@ -43,7 +43,7 @@
 /* The repair is tried when the leftovers need at most 1 / this of the room. */
 #define PK_REPAIR_ROOM_SHARE 10
 /* Item pairs the exchange searches of one repair may read, per item of the
- * batch (see pk_auto_repair_down). */
+ * batch (see the top of this file). */
 #define PK_REPAIR_WORK_PER_ITEM 320
 
 typedef struct repair {
