@@ -81,6 +81,28 @@ static int plan_counts(const uint32_t *len, const uint32_t *loss, uint32_t n, ui
   return 0;
 }
 
+/* One setting's batches: how many plans are at the reference count
+ * (the bound, or the known optimum), one above it and more; the most
+ * above; the plan times (sorted by tally_finish). */
+typedef struct tally {
+  uint32_t at[3], worst;
+  double ms[SWEEP_BATCHES];
+  char seqs[16]; /* max_seqs as printed ("-": none). */
+} tally_t;
+
+static void tally_add(tally_t *t, uint32_t over) {
+  t->at[over < 2 ? over : 2]++;
+  t->worst = over > t->worst ? over : t->worst;
+}
+
+static void tally_finish(tally_t *t, uint32_t max_seqs) {
+  qsort(t->ms, SWEEP_BATCHES, sizeof t->ms[0], bench_cmp_ms);
+  if (max_seqs != 0)
+    snprintf(t->seqs, sizeof t->seqs, "%u", max_seqs);
+  else
+    snprintf(t->seqs, sizeof t->seqs, "-");
+}
+
 /* The table against a known optimum (see sweep.h). */
 static int sweep_exact_fill(sweep_rng_fn rng, uint32_t *len, double t_start) {
   const struct {
@@ -93,8 +115,8 @@ static int sweep_exact_fill(sweep_rng_fn rng, uint32_t *len, double t_start) {
          "above +1 | worst | LB = optimum | median ms |\n");
   printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (size_t w = 0; w < sizeof settings / sizeof settings[0]; w++) {
-    uint32_t at[3] = {0, 0, 0}, worst = 0, lb_at_opt = 0, best = FILL_BINS / settings[w].dp;
-    double ms[SWEEP_BATCHES];
+    uint32_t lb_at_opt = 0, best = FILL_BINS / settings[w].dp;
+    tally_t t = {0};
     for (uint32_t b = 0; b < SWEEP_BATCHES; b++) {
       fprintf(stderr, "[fill  %6.1fs] dp=%u parts=%u..%u batch %u\n",
               (bench_now_ms() - t_start) / 1e3, settings[w].dp, settings[w].parts_min,
@@ -103,20 +125,15 @@ static int sweep_exact_fill(sweep_rng_fn rng, uint32_t *len, double t_start) {
           gen_exact_fill(rng, 0x66696c6cull + b, settings[w].parts_min, settings[w].parts_max, len);
       uint32_t micro = 0, bound = 0;
       if (plan_counts(len, NULL, n, settings[w].dp, FILL_CAP, settings[w].max_seqs, &micro, &bound,
-                      &ms[b]) != 0)
+                      &t.ms[b]) != 0)
         return -1;
-      uint32_t over = micro - best;
       lb_at_opt += bound == best;
-      at[over < 2 ? over : 2]++;
-      worst = over > worst ? over : worst;
+      tally_add(&t, micro - best);
     }
-    qsort(ms, SWEEP_BATCHES, sizeof ms[0], bench_cmp_ms);
-    char seqs[16] = "-";
-    if (settings[w].max_seqs != 0)
-      snprintf(seqs, sizeof seqs, "%u", settings[w].max_seqs);
+    tally_finish(&t, settings[w].max_seqs);
     printf("| %u | %u to %u | %s | %u | %u | %u | %u | +%u | %u of %d | %.1f |\n", settings[w].dp,
-           settings[w].parts_min, settings[w].parts_max, seqs, best, at[0], at[1], at[2], worst,
-           lb_at_opt, SWEEP_BATCHES, ms[SWEEP_BATCHES / 2]);
+           settings[w].parts_min, settings[w].parts_max, t.seqs, best, t.at[0], t.at[1], t.at[2],
+           t.worst, lb_at_opt, SWEEP_BATCHES, t.ms[SWEEP_BATCHES / 2]);
   }
   return 0;
 }
@@ -164,29 +181,23 @@ int sweep_run(sweep_gen_fn gen, sweep_rng_fn rng, uint32_t grid_resp_max, double
          "| max ms |\n");
   printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
   for (size_t w = 0; w < sizeof settings / sizeof settings[0]; w++) {
-    uint32_t at[3] = {0, 0, 0}, worst = 0;
-    double ms[SWEEP_BATCHES];
+    tally_t t = {0};
     for (uint32_t b = 0; b < SWEEP_BATCHES; b++) {
       fprintf(stderr, "[sweep %6.1fs] dp=%u cap=%llu batch %u\n", (bench_now_ms() - t_start) / 1e3,
               settings[w].dp, (unsigned long long)settings[w].cap, b);
       gen(0x73770000ull + b, SWEEP_N, settings[w].resp_max, len, loss);
       uint32_t micro = 0, bound = 0;
       if (plan_counts(len, loss, SWEEP_N, settings[w].dp, settings[w].cap, settings[w].max_seqs,
-                      &micro, &bound, &ms[b]) != 0) {
+                      &micro, &bound, &t.ms[b]) != 0) {
         rc = -1;
         goto done;
       }
-      uint32_t over = micro - bound;
-      at[over < 2 ? over : 2]++;
-      worst = over > worst ? over : worst;
+      tally_add(&t, micro - bound);
     }
-    qsort(ms, SWEEP_BATCHES, sizeof ms[0], bench_cmp_ms);
-    char seqs[16] = "-";
-    if (settings[w].max_seqs != 0)
-      snprintf(seqs, sizeof seqs, "%u", settings[w].max_seqs);
+    tally_finish(&t, settings[w].max_seqs);
     printf("| %u | %llu | %u | %s | %u | %u | %u | LB+%u | %.1f | %.1f |\n", settings[w].dp,
-           (unsigned long long)settings[w].cap, settings[w].resp_max, seqs, at[0], at[1], at[2],
-           worst, ms[SWEEP_BATCHES / 2], ms[SWEEP_BATCHES - 1]);
+           (unsigned long long)settings[w].cap, settings[w].resp_max, t.seqs, t.at[0], t.at[1],
+           t.at[2], t.worst, t.ms[SWEEP_BATCHES / 2], t.ms[SWEEP_BATCHES - 1]);
   }
   rc = sweep_exact_fill(rng, len, t_start);
 done:

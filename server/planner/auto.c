@@ -605,8 +605,7 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
               memcpy(s.item_bin, saved_item_bin, (size_t)n * sizeof *saved_item_bin);
               m = complete_m;
             } else {
-              bis_lo = m;
-              bis_hi = ffd;
+              bis_hi = ffd; /* bis_lo = m below. */
             }
           }
           s.m = m;
