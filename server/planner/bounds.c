@@ -19,6 +19,11 @@
  * 16384. */
 #define PK_STAIR_BUDGET (1u << 18)
 
+/* The slots count of packed_count_bound costs O(n (max_seqs - 1)): done up
+ * to this max_seqs (beyond it a wide item's room is rarely what limits the
+ * items it holds). */
+#define PK_SLOT_BOUND_MAX_SEQS 32u
+
 /* Fills order with the items sorted by size descending (ties by item
  * number), reusing ctx->by_size when present. Returns the array to read
  * (order or ctx->by_size), or NULL when out of memory. */
@@ -121,7 +126,61 @@ static uint64_t packed_bins_l2(const pk_ctx_t *ctx, const uint32_t *by_size) {
  * items move one way: two pointers over the ascending prefix sums, O(n).
  * Where the widest sequences leave little room (RL rollouts cut at the
  * length limit, cap the limit, max_seqs 4) the count bound alone takes
- * every micro-batch as holding max_seqs of them. */
+ * every micro-batch as holding max_seqs of them.
+ *
+ * Both counts of held items above let every room take the same smallest
+ * items; slots_held (below) counts them as distinct items, and is taken at
+ * t = all items above cap / 2, where it is largest (see there). */
+
+/* The most items of the batch that the rooms r_0 <= ... <= r_{t-1} of the t
+ * wide items (all above cap / 2) can hold, at most q_i in room i: a bin
+ * holding c others, sorted by size descending a_1 >= ... >= a_c, has
+ * m a_m <= a_1 + ... + a_m <= r_i, so its m-th largest is at most r_i / m
+ * (a "slot" (i, m), m <= q_i). The held items thus go one to a slot whose
+ * threshold floor(r_i / m) is at least their size; an item fitting a slot
+ * fits every slot with a larger threshold, so (Hall) the k smallest items
+ * fit distinct slots if and only if, for every j <= k, the k - j + 1
+ * largest of them, all at least s_j (the j-th smallest size), are at most
+ * S(s_j) = the slots of threshold >= s_j; the most held is the largest such
+ * k. S(x) = sum over m of the rooms with q_i >= m and floor(r_i / m) >= x,
+ * one pointer per m moving down the rooms as x grows: O((n + t) (per - 1)).
+ * Adding a room adds at most per - 1 slots, so t + ceil((n - t - held) /
+ * per) never falls as t grows: t = all wide items is the best. asc[j] is
+ * the sum of the j smallest sizes; q[i] of room i; rooms ascending. Returns
+ * UINT64_MAX when out of memory. */
+static uint64_t slots_held(const pk_ctx_t *ctx, const uint32_t *by_size, const uint64_t *rooms,
+                           const uint32_t *q, uint32_t t, uint64_t per) {
+  uint32_t n = ctx->n, mmax = (uint32_t)(per - 1);
+  /* first[m - 1]: the first room (ascending) of list m whose slot threshold
+   * floor(r_i / m) is at least the current size; lists end at t. A room is
+   * in list m when q_i >= m; q is non-decreasing in i, so list m is the
+   * rooms from lo[m - 1] on. */
+  uint32_t *first = pk_malloc_array(mmax, sizeof *first);
+  if (first == NULL)
+    return UINT64_MAX;
+  uint32_t i0 = 0;
+  for (uint32_t m = 1; m <= mmax; m++) {
+    while (i0 < t && q[i0] < m)
+      i0++;
+    first[m - 1] = i0;
+  }
+  uint64_t held = 0, bound_k = UINT64_MAX; /* min over j of S(s_j) + j - 1. */
+  for (uint32_t j = 1; j <= n && held < bound_k; j++) {
+    uint64_t x = ctx->size[by_size[n - j]], slots = 0;
+    for (uint32_t m = 1; m <= mmax; m++) {
+      uint32_t *f = &first[m - 1];
+      while (*f < t && rooms[*f] / m < x)
+        (*f)++;
+      slots += t - *f;
+    }
+    bound_k = PK_MIN(bound_k, slots + j - 1);
+    if ((uint64_t)j <= bound_k)
+      held = j;
+  }
+  free(first);
+  return held;
+}
+
 static uint64_t packed_count_bound(const pk_ctx_t *ctx, const uint32_t *by_size) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
@@ -134,21 +193,40 @@ static uint64_t packed_count_bound(const pk_ctx_t *ctx, const uint32_t *by_size)
   asc[0] = 0;
   for (uint32_t j = 0; j < n; j++)
     asc[j + 1] = asc[j] + ctx->size[by_size[n - 1 - j]];
-  uint64_t held_each = 0, room_sum = 0;
+  uint64_t held_each = 0, room_sum = 0, held = 0;
   uint32_t q = 0, fit_sum = 0; /* Smallest items fitting one room, the sum of rooms. */
-  for (uint32_t t = 0; t < n && ctx->size[by_size[t]] * 2 > cap; t++) {
-    uint64_t room = cap - ctx->size[by_size[t]];
+  uint32_t wide = 0;
+  uint64_t *rooms = pk_malloc_array((size_t)n, sizeof *rooms);
+  uint32_t *qs = pk_malloc_array((size_t)n, sizeof *qs);
+  for (; wide < n && ctx->size[by_size[wide]] * 2 > cap; wide++) {
+    uint64_t room = cap - ctx->size[by_size[wide]];
     while (q < n && asc[q + 1] <= room)
       q++;
+    if (rooms != NULL && qs != NULL) {
+      rooms[wide] = room;
+      qs[wide] = (uint32_t)PK_MIN((uint64_t)q, per - 1);
+    }
     held_each += PK_MIN((uint64_t)q, per - 1);
     room_sum += room;
     while (fit_sum < n && asc[fit_sum + 1] <= room_sum)
       fit_sum++;
-    uint64_t held = PK_MIN(held_each, (uint64_t)fit_sum);
-    uint64_t opened = (uint64_t)t + 1, left = n - opened;
+    held = PK_MIN(held_each, (uint64_t)fit_sum);
+    uint64_t opened = (uint64_t)wide + 1, left = n - opened;
     left = left > held ? left - held : 0;
     best = PK_MAX(best, opened + (left + per - 1) / per);
   }
+  /* The slots count (slots_held) where it is cheap: per - 1 pointers. */
+  if (wide > 0 && per <= PK_SLOT_BOUND_MAX_SEQS && rooms != NULL && qs != NULL) {
+    uint64_t slots = slots_held(ctx, by_size, rooms, qs, wide, per);
+    if (slots != UINT64_MAX) {
+      held = PK_MIN(held, slots);
+      uint64_t left = n - wide;
+      left = left > held ? left - held : 0;
+      best = PK_MAX(best, wide + (left + per - 1) / per);
+    }
+  }
+  free(rooms);
+  free(qs);
   free(asc);
   return best;
 }

@@ -327,13 +327,27 @@ static void test_bound_count_beside_wide(void **state) {
   assert_true(isinf(brute_force(&f, 4)));
   assert_false(isinf(brute_force(&f, 5)));
   fx_free(&f);
+  /* The rooms 5, 14 and 18 of the wide items: the smallest item (13) fits
+   * two of them, and 13 + 20 the sum of the three, but no other item fits
+   * any: one item beside the wide ones, so 3 + ceil(3 / 2) = 5 bins, where
+   * counting the smallest item in every room said 4 (the slots count,
+   * slots_held); L2 says 4 too. */
+  static const uint32_t lens3[] = {95, 86, 82, 46, 26, 20, 13};
+  fx_init(&f, lens3, 7, 1, PK_MODE_PACKED, 100);
+  f.cfg.max_seqs = 2;
+  fx_build(&f);
+  assert_int_equal(pk_micro_lower_bound(&f.ctx), 5);
+  assert_true(isinf(brute_force(&f, 4)));
+  assert_false(isinf(brute_force(&f, 5)));
+  fx_free(&f);
   uint64_t seed = 0x636f756eull;
-  for (int iter = 0; iter < 300; iter++) {
+  for (int iter = 0; iter < 600; iter++) {
     uint32_t n = 4 + fx_below(&seed, 4); /* 4..7 */
     uint32_t dp = 1 + fx_below(&seed, 2);
     uint32_t lens2[8];
     for (uint32_t i = 0; i < n; i++)
-      lens2[i] = fx_below(&seed, 3) == 0 ? 51 + fx_below(&seed, 50) : 1 + fx_below(&seed, 30);
+      lens2[i] = fx_below(&seed, 3) == 0 ? 51 + fx_below(&seed, 50)
+                                         : 1 + fx_below(&seed, iter % 2 ? 30 : 50);
     fx_init(&f, lens2, n, dp, PK_MODE_PACKED, 100);
     f.cfg.max_seqs = 2 + fx_below(&seed, 2);
     fx_build(&f);
