@@ -23,14 +23,20 @@
  *
  * With max_seqs a micro-batch can run out of slots before tokens (the
  * largest items first leave no slots for the small ones, which then fill
- * micro-batches of their own far below the cap), so two more packings keep
- * room for later slots: after the largest item left has opened the
+ * micro-batches of their own far below the cap), so three more packings
+ * keep room for later slots: after the largest item left has opened the
  * micro-batch, each item is the largest that leaves (slots - 1) x the
  * smallest size left, slots counted up to max_seqs in the one and up to
  * the pace in the other: the items left over the micro-batches left to the
  * count aimed at, rounded up (so the small items are spent evenly instead
  * of all at the end, where max_seqs of them fill a micro-batch far below
- * the cap). The packing needing the fewest micro-batches is kept. The
+ * the cap). The third keeps room for the smallest items left as they are,
+ * as many as fit up to max_seqs (keep_room): where count, not tokens,
+ * decides (max_seqs 4, RL rollouts), the micro-batches of the widest
+ * sequences then hold two or three short ones where their room allows,
+ * instead of the one largest that fits (65536 rollouts, cap 16384, one
+ * rank: 17956 micro-batches -> 17862, the bound 17828; the note on issue
+ * 2, session 20). The packing needing the fewest micro-batches is kept. The
  * opening item is never held back by the room kept: held back, the
  * largest items (those above cap - (slots - 1) x smallest) waited to the
  * end and filled micro-batches of their own with room left (the note on
@@ -48,6 +54,9 @@
 
 /* Items the exchange at the end of a micro-batch takes out at most. */
 #define PK_EXCHANGE_MAX 4
+
+/* Distinct sizes keep_room reads at most. */
+#define PK_KEEP_RANKS 8
 
 /* Completion packings tried per count (pk_auto_tighten). */
 #define PK_COMPLETE_TRIES 4
@@ -257,24 +266,67 @@ static uint64_t exchange(size_pool_t *p, uint32_t *items, uint32_t *ranks, uint3
   return left;
 }
 
+/* The room to keep beside the next item of a micro-batch with `room` left
+ * and `slots` slots to keep after it: the sum of the c - 1 smallest items
+ * left, c the most of the smallest items left (at most slots + 1) whose
+ * sizes add up to at most room, so the largest item that fits in room less
+ * that still leaves room for them (it is at least the c-th smallest). 0
+ * where not even one fits. The walk reads at most PK_KEEP_RANKS sizes; the
+ * slots beyond are kept at the last size read (less room: looser, never
+ * more than the sum). Counting the items as they are, not as slots x the
+ * smallest size, a wide item's room that holds two small items but not
+ * three takes two, not the one largest that fits. */
+static uint64_t keep_room(const size_pool_t *p, uint64_t room, uint64_t slots) {
+  uint64_t want = slots + 1, got = 0, sum = 0, size = 0, largest = 0;
+  uint32_t r = p->ranks;
+  for (uint32_t read = 0; got < want; read++) {
+    uint64_t have = want - got; /* Beyond PK_KEEP_RANKS: at the last size. */
+    if (read < PK_KEEP_RANKS) {
+      r = r == 0 ? PK_NONE : set_prev(&p->left, r - 1);
+      if (r == PK_NONE)
+        break;
+      size = p->size[r];
+      have = p->first[r + 1] - p->first[r] - p->taken[r];
+    }
+    uint64_t take = PK_MIN(have, want - got);
+    bool short_of_room = size > 0 && take > (room - sum) / size;
+    if (short_of_room)
+      take = (room - sum) / size;
+    if (take > 0)
+      largest = size;
+    sum += take * size;
+    got += take;
+    if (short_of_room)
+      break;
+  }
+  /* sum holds the c smallest: keep it less the largest of them, whose
+   * place the next item takes. */
+  return got == 0 ? 0 : sum - largest;
+}
+
 /* Fills one micro-batch from the pool into items[] (their ranks in
  * ranks[]); returns its count and leaves the room it has left in *left.
  * With `keep` > 0, after the first item room is kept for the slots up to
- * `keep` (at most max_seqs) at the smallest size left. The exchanges are
- * tried only where more than `allow` tokens of room are left. */
+ * `keep` (at most max_seqs): with `by_items` for the smallest items left as
+ * they are, as many as fit (keep_room), else at the smallest size left
+ * (all the slots, or none where they do not fit). The exchanges are tried
+ * only where more than `allow` tokens of room are left. */
 static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, uint32_t keep,
-                         double allow, uint32_t *items, uint32_t *ranks, uint64_t *left) {
+                         bool by_items, double allow, uint32_t *items, uint32_t *ranks,
+                         uint64_t *left) {
   uint64_t room = cap;
   uint32_t top = 0;
   keep = PK_MIN(keep, max_seqs);
   while (top < max_seqs) {
     uint32_t r = PK_NONE;
-    if (top > 0 && top + 1 < keep) {
-      /* Room kept for the slots after this one, at the smallest size left:
-       * the largest item that leaves it. */
+    uint64_t slots = top > 0 && top + 1 < keep ? (uint64_t)keep - top - 1 : 0;
+    if (slots > 0 && by_items) {
+      r = pool_best(p, room - keep_room(p, room, slots));
+    } else if (slots > 0) {
+      /* The largest item that leaves room for the slots after it at the
+       * smallest size left. */
       uint32_t smallest = set_prev(&p->left, p->ranks - 1);
       uint64_t size = smallest == PK_NONE ? 0 : p->size[smallest];
-      uint64_t slots = (uint64_t)keep - top - 1;
       if (size == 0)
         r = pool_best(p, room);
       else if (room > 0 && slots <= (room - 1) / size)
@@ -309,7 +361,7 @@ static uint32_t fill_one(size_pool_t *p, uint64_t cap, uint32_t max_seqs, uint32
 }
 
 /* How a completion packing keeps room for later slots (max_seqs). */
-typedef enum keep_mode { KEEP_NONE, KEEP_MAX_SEQS, KEEP_PACE } keep_mode_t;
+typedef enum keep_mode { KEEP_NONE, KEEP_MAX_SEQS, KEEP_PACE, KEEP_SMALLEST } keep_mode_t;
 
 /* One completion packing (pk_auto_pack_complete). */
 static int complete_once(const pk_ctx_t *ctx, const uint32_t *order, uint32_t target,
@@ -359,11 +411,12 @@ static int complete_once(const pk_ctx_t *ctx, const uint32_t *order, uint32_t ta
      * share of the budget left (see the top of this file). */
     double allow = b < target ? budget / (double)(target - b) : 0;
     uint64_t left = 0;
-    uint32_t keep = mode == KEEP_MAX_SEQS ? cfg->max_seqs : 0;
+    uint32_t keep = mode == KEEP_MAX_SEQS || mode == KEEP_SMALLEST ? cfg->max_seqs : 0;
     if (mode == KEEP_PACE)
       keep =
           b < target ? (uint32_t)((n - placed + (target - b) - 1) / (target - b)) : cfg->max_seqs;
-    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, keep, allow, items, ranks, &left);
+    uint32_t top = fill_one(&p, cfg->cap, cfg->max_seqs, keep, mode == KEEP_SMALLEST, allow, items,
+                            ranks, &left);
     budget -= (double)left;
     for (uint32_t q = 0; q < top; q++) {
       pk_bin_add(ctx, &bins[b], items[q]);
@@ -397,7 +450,7 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
   uint32_t *alt_item_bin = pk_malloc_array(n, sizeof *alt_item_bin);
   if (alt_bins == NULL || alt_item_bin == NULL)
     rc = PK_ENOMEM;
-  for (keep_mode_t mode = KEEP_MAX_SEQS; mode <= KEEP_PACE && rc != PK_ENOMEM; mode++) {
+  for (keep_mode_t mode = KEEP_MAX_SEQS; mode <= KEEP_SMALLEST && rc != PK_ENOMEM; mode++) {
     uint32_t fewer = rc == 0 ? *used : nbins + 1, got = 0;
     if (fewer <= 1)
       break;

@@ -222,16 +222,17 @@ static void test_tighten_aims_in_micro_batches(void **state) {
   free(lens);
 }
 
-/* Plans n RL lengths (seeded) for dp ranks under cap 16384 and max_seqs 8,
+/* Plans n RL lengths (seeded) for dp ranks under cap 16384 and max_seqs,
  * checks the plan's rules, and fails unless it is within `slack`
  * micro-batches per rank of the bound. */
-static void check_rl_max_seqs(uint32_t n, uint32_t dp, uint64_t seed, uint32_t slack) {
+static void check_rl_max_seqs(uint32_t n, uint32_t dp, uint32_t max_seqs, uint64_t seed,
+                              uint32_t slack) {
   uint32_t *lens = calloc(n, sizeof *lens);
   assert_non_null(lens);
   test_rng_t r = {seed};
   for (uint32_t k = 0; k < n; k++)
     lens[k] = test_rl_length(&r, 15360);
-  pk_plan_t *plan = plan_checked(lens, n, dp, 16384, 8);
+  pk_plan_t *plan = plan_checked(lens, n, dp, 16384, max_seqs);
   if (plan->stats.micro_batches_per_rank > plan->stats.micro_batches_lower_bound + slack)
     fail_msg("n %u dp %u seed %llu: %u micro-batches, bound %u", n, dp, (unsigned long long)seed,
              plan->stats.micro_batches_per_rank, plan->stats.micro_batches_lower_bound);
@@ -247,7 +248,7 @@ static void check_rl_max_seqs(uint32_t n, uint32_t dp, uint64_t seed, uint32_t s
 static void test_complete_max_seqs(void **state) {
   (void)state;
   for (uint64_t seed = 1; seed <= 6; seed++)
-    check_rl_max_seqs(2048, 4, seed, 2);
+    check_rl_max_seqs(2048, 4, 8, seed, 2);
 }
 
 /* The completion packings that keep room for later slots let the largest
@@ -261,8 +262,8 @@ static void test_complete_max_seqs(void **state) {
 static void test_complete_max_seqs_opens_largest(void **state) {
   (void)state;
   for (uint64_t seed = 1; seed <= 4; seed++) {
-    check_rl_max_seqs(8192, 8, seed, 1);
-    check_rl_max_seqs(2048, 1, seed, 2);
+    check_rl_max_seqs(8192, 8, 8, seed, 1);
+    check_rl_max_seqs(2048, 1, 8, seed, 2);
   }
 }
 
@@ -292,6 +293,21 @@ static void test_max_seqs_count_decides(void **state) {
     pk_plan_free(plan);
   }
   free(lens);
+}
+
+/* max_seqs 4 (RL batches, cap 16384): count, not tokens, decides, and the
+ * micro-batches of the widest sequences must hold as many short ones as
+ * their rooms allow. When completion kept room for the slots only at the
+ * smallest size left, a room that could not take three of it took the one
+ * largest item that fit: seeds 1-4 ended 16 to 21 micro-batches per rank
+ * above the bound at DP 1, 9 or 10 at DP 2, 4 or 5 at DP 4, 2 or 3 at DP 8;
+ * keeping room for the smallest items as they are (keep_room), at most 3,
+ * 2, 1 and 1. */
+static void test_max_seqs_wide_rooms(void **state) {
+  (void)state;
+  for (uint64_t seed = 1; seed <= 4; seed++)
+    for (uint32_t dp = 1; dp <= 8; dp *= 2)
+      check_rl_max_seqs(4096, dp, 4, seed, dp == 1 ? 4 : 2);
 }
 
 /* Whole plans where completion runs (RL batches that nearly fill the cap,
@@ -354,6 +370,7 @@ int main(void) {
       cmocka_unit_test(test_complete_reaches_bound),
       cmocka_unit_test(test_tighten_aims_in_micro_batches),
       cmocka_unit_test(test_max_seqs_count_decides),
+      cmocka_unit_test(test_max_seqs_wide_rooms),
       cmocka_unit_test(test_complete_max_seqs),
       cmocka_unit_test(test_complete_max_seqs_opens_largest),
       cmocka_unit_test(test_complete_plans_props),
