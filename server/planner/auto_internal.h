@@ -128,9 +128,10 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
  * where more room is left than the micro-batch's share of the room
  * `target` micro-batches would leave (target 0: wherever room is left), its
  * last k <= 4 items are exchanged for the k smallest items left and the
- * largest beside them, where that fills more. With max_seqs, also two
- * packings that keep room for later slots (up to max_seqs, and up to the
- * items left per micro-batch left to `target`), the one needing the fewest
+ * largest beside them, where that fills more. With max_seqs, also three
+ * packings that keep room for later slots (up to max_seqs at the smallest
+ * size left, up to the items left per micro-batch left to `target`, and for
+ * the smallest items left as they are), the one needing the fewest
  * micro-batches kept. `order` is size-descending.
  * Writes bins[0 .. nbins) (zeroed first) and item_bin; *used is the number
  * of micro-batches filled, in front. PK_EPRECOND when the items need more
