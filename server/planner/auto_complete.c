@@ -34,12 +34,12 @@
  * as many as fit up to max_seqs (keep_room): where count, not tokens,
  * decides (max_seqs 4, RL rollouts), the micro-batches of the widest
  * sequences then hold two or three short ones where their room allows,
- * instead of the one largest that fits (65536 rollouts, cap 16384, one
- * rank: 17956 micro-batches -> 17862, the bound 17828; the note on issue
- * 2, session 20). The packing needing the fewest micro-batches is kept. The
- * opening item is never held back by the room kept: held back, the
- * largest items (those above cap - (slots - 1) x smallest) waited to the
- * end and filled micro-batches of their own with room left (the note on
+ * instead of the one largest that fits (the bench's max_seqs 4 rows: DP 1
+ * LB+148 -> LB+47, DP 8 LB+19 -> LB+6; bench/planner/README.md). The
+ * packing needing the fewest micro-batches is kept. The opening item is
+ * never held back by the room kept: held back, the largest items (those
+ * above cap - (slots - 1) x smallest) waited to the end and filled
+ * micro-batches of their own with room left (the note on
  * issue 2, session 17).
  *
  * The items are kept as counts per distinct size: the largest size left
