@@ -308,6 +308,20 @@ static void test_bounds_packed_wide(void **state) {
   }
 }
 
+/* One rank, cap 100: the count bound under max_seqs is `fewest`, and the
+ * exhaustive search finds no plan with one fewer and one with that many. */
+static void check_count_bound(const uint32_t *lens, uint32_t n, uint32_t max_seqs,
+                              uint32_t fewest) {
+  fx_t f;
+  fx_init(&f, lens, n, 1, PK_MODE_PACKED, 100);
+  f.cfg.max_seqs = max_seqs;
+  fx_build(&f);
+  assert_int_equal(pk_micro_lower_bound(&f.ctx), fewest);
+  assert_true(isinf(brute_force(&f, fewest - 1)));
+  assert_false(isinf(brute_force(&f, fewest)));
+  fx_free(&f);
+}
+
 /* PACKED with max_seqs: sequences above half the cap open a micro-batch
  * each, and beside them fit only as many others as their room takes. Three
  * of 95 and four of 10 under cap 100, max_seqs 3: the count bound says 3,
@@ -319,27 +333,15 @@ static void test_bounds_packed_wide(void **state) {
 static void test_bound_count_beside_wide(void **state) {
   (void)state;
   static const uint32_t lens[] = {95, 95, 95, 10, 10, 10, 10};
-  fx_t f;
-  fx_init(&f, lens, 7, 1, PK_MODE_PACKED, 100);
-  f.cfg.max_seqs = 3;
-  fx_build(&f);
-  assert_int_equal(pk_micro_lower_bound(&f.ctx), 5);
-  assert_true(isinf(brute_force(&f, 4)));
-  assert_false(isinf(brute_force(&f, 5)));
-  fx_free(&f);
+  check_count_bound(lens, 7, 3, 5);
   /* The rooms 5, 14 and 18 of the wide items: the smallest item (13) fits
    * two of them, and 13 + 20 the sum of the three, but no other item fits
    * any: one item beside the wide ones, so 3 + ceil(3 / 2) = 5 bins, where
    * counting the smallest item in every room said 4 (the slots count,
    * slots_held); L2 says 4 too. */
   static const uint32_t lens3[] = {95, 86, 82, 46, 26, 20, 13};
-  fx_init(&f, lens3, 7, 1, PK_MODE_PACKED, 100);
-  f.cfg.max_seqs = 2;
-  fx_build(&f);
-  assert_int_equal(pk_micro_lower_bound(&f.ctx), 5);
-  assert_true(isinf(brute_force(&f, 4)));
-  assert_false(isinf(brute_force(&f, 5)));
-  fx_free(&f);
+  check_count_bound(lens3, 7, 2, 5);
+  fx_t f;
   uint64_t seed = 0x636f756eull;
   for (int iter = 0; iter < 600; iter++) {
     uint32_t n = 4 + fx_below(&seed, 4); /* 4..7 */
