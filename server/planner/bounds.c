@@ -145,16 +145,16 @@ static uint64_t packed_bins_l2(const pk_ctx_t *ctx, const uint32_t *by_size) {
  * k. S(x) = sum over m of the rooms with q_i >= m and floor(r_i / m) >= x,
  * one pointer per m moving down the rooms as x grows: O((n + t) (per - 1)).
  * Adding a room adds at most per - 1 slots, so t + ceil((n - t - held) /
- * per) never falls as t grows: t = all wide items is the best. asc[j] is
- * the sum of the j smallest sizes; q[i] of room i; rooms ascending. Returns
- * UINT64_MAX when out of memory. */
+ * per) never falls as t grows: t = all wide items is the best. q[i] is
+ * the q of room i, rooms ascending. Returns UINT64_MAX when out of
+ * memory. */
 static uint64_t slots_held(const pk_ctx_t *ctx, const uint32_t *by_size, const uint64_t *rooms,
                            const uint32_t *q, uint32_t t, uint64_t per) {
   uint32_t n = ctx->n, mmax = (uint32_t)(per - 1);
   /* first[m - 1]: the first room (ascending) of list m whose slot threshold
    * floor(r_i / m) is at least the current size; lists end at t. A room is
-   * in list m when q_i >= m; q is non-decreasing in i, so list m is the
-   * rooms from lo[m - 1] on. */
+   * in list m when q_i >= m; q is non-decreasing in i, so list m is a
+   * suffix of the rooms, and first[m - 1] starts at its first room. */
   uint32_t *first = pk_malloc_array(mmax, sizeof *first);
   if (first == NULL)
     return UINT64_MAX;
