@@ -17,9 +17,10 @@ typedef uint64_t (*sweep_rng_fn)(uint64_t *state);
 
 /* Plans 20 batches of n = 65536 per setting (DP 8 and 64, caps 16384 and
  * 32768 with responses up to grid_resp_max; beyond the grid, cap 8192 with
- * responses up to 7168, and max_seqs 8 at cap 16384) and prints a markdown
- * table of how far the micro-batch count is above its lower bound, with
- * the median plan time. Then a second table against a known optimum:
+ * responses up to 7168, max_seqs 8 at cap 16384, one node (DP 1, 2, 4) and
+ * max_seqs 4; sweep_run's table lists them) and prints a markdown table of
+ * how far the micro-batch count is above its lower bound, with the median
+ * and the largest plan time. Then a second table against a known optimum:
  * batches made of 8192 micro-batches of exactly 16384 tokens, each cut at
  * random (rng) into 2 to 8 sequences (the last setting: exactly 8, with
  * max_seqs 8, so that both limits are met exactly), shuffled, so the best

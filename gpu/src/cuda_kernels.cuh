@@ -158,8 +158,9 @@ __device__ static void fill_row(unsigned char *d, int64_t nbytes, uint64_t bits,
 /* The most token rows each thread moves per tile in the narrow kernels
  * (rows that need fewer than 32 lanes): a warp takes op->tile x (32 /
  * lanes) consecutive rows, so the slot search and the span loads are done
- * once per tile rather than once per row. Tiles shrink (pk_cuda_set_tiles) until the launch has at
- * least PK_CUDA_MIN_WARPS warps: with few rows, parallelism matters more. */
+ * once per tile rather than once per row. Tiles shrink (pk_cuda_set_tiles)
+ * until the launch has at least PK_CUDA_MIN_WARPS warps: with few rows,
+ * parallelism matters more. */
 #define PK_CUDA_TILE 8
 #define PK_CUDA_MIN_WARPS 4096
 

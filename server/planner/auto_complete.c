@@ -19,7 +19,8 @@
  * as much: a micro-batch tries them only where its room left exceeds its
  * share of the room all micro-batches may leave at the count aimed at
  * (the budget: count x cap - tokens, less what earlier micro-batches
- * left). pk_auto_tighten aims at the bound first, then one group more.
+ * left). pk_auto_tighten aims at the bound first, then half way to what
+ * each aim reached (see there).
  *
  * With max_seqs a micro-batch can run out of slots before tokens (the
  * largest items first leave no slots for the small ones, which then fill
@@ -366,9 +367,10 @@ typedef enum keep_mode { KEEP_NONE, KEEP_MAX_SEQS, KEEP_PACE, KEEP_SMALLEST } ke
 
 /* The items of a batch as a size pool, with the scratch arrays of one
  * micro-batch; built once for all the packings of one
- * pk_auto_pack_complete call (the build reads every item's size where it
- * lies in memory: a cache miss each, a fifth of a packing's time at n =
- * 65536) and reset before each. */
+ * pk_auto_pack_complete or pk_auto_tighten call (the build reads every
+ * item's size where it lies in memory: a cache miss each, a fifth of a
+ * packing's time at n = 65536 under perf; the note on issue 2, session 20)
+ * and reset before each. */
 typedef struct complete_pool {
   size_pool_t p;
   uint64_t total;  /* The sum of the sizes. */

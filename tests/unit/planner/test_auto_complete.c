@@ -137,18 +137,24 @@ static void test_complete_exchange_two(void **state) {
   fx_free(&f);
 }
 
-/* Plans lens for dp ranks under cap (and max_seqs; 0: none) with the
- * defaults otherwise, and checks every rule of the plan; the caller frees
- * it. */
+/* A request for lens on dp ranks under cap (and max_seqs; 0: none), the
+ * defaults otherwise. */
+static void request_for(pk_request_t *req, const uint32_t *lens, uint32_t n, uint32_t dp,
+                        uint64_t cap, uint32_t max_seqs) {
+  memset(req, 0, sizeof *req);
+  req->lengths = lens;
+  req->n = n;
+  req->parallel.dp = dp;
+  req->batching.max_tokens = cap;
+  req->batching.max_seqs = max_seqs;
+}
+
+/* Plans request_for(...) and checks every rule of the plan; the caller
+ * frees it. */
 static pk_plan_t *plan_checked(const uint32_t *lens, uint32_t n, uint32_t dp, uint64_t cap,
                                uint32_t max_seqs) {
   pk_request_t req;
-  memset(&req, 0, sizeof req);
-  req.lengths = lens;
-  req.n = n;
-  req.parallel.dp = dp;
-  req.batching.max_tokens = cap;
-  req.batching.max_seqs = max_seqs;
+  request_for(&req, lens, n, dp, cap, max_seqs);
   pk_plan_t *plan = NULL;
   char err[256];
   assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
@@ -329,13 +335,7 @@ static void test_complete_plans_props(void **state) {
     for (uint32_t k = 0; k < n; k++)
       lens[k] = test_below(&r, 50) == 0 ? 0 : test_rl_length(&r, (uint32_t)cap - 1024);
     pk_request_t req;
-    memset(&req, 0, sizeof req);
-    req.lengths = lens;
-    req.n = n;
-    req.parallel.dp = dp;
-    req.batching.max_tokens = cap;
-    if (test_below(&r, 3) == 0)
-      req.batching.max_seqs = 4 + test_below(&r, 12);
+    request_for(&req, lens, n, dp, cap, test_below(&r, 3) == 0 ? 4 + test_below(&r, 12) : 0);
     if (test_below(&r, 3) == 0)
       req.parallel.microbatch_group = 2 + test_below(&r, 2);
     if (test_below(&r, 4) == 0)
