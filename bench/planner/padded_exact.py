@@ -4,7 +4,7 @@ program over the same batch, solved with HiGHS (scipy.optimize.milp).
 
     bench/planner/padded_exact.py LENGTHS --dp 8 --max-tokens 32768
         [--round 128] [--max-seqs N] [--time-limit 300] [--grid 1.003]
-        [--packctl build/client/c/packctl] [--seed S]
+        [--model auto|runs|classes] [--packctl build/client/c/packctl] [--seed S]
 
 It plans the batch with `packctl plan --local --mode padded` (AUTO), then
 searches every plan with the same micro-batch count per rank (M) for the
@@ -30,6 +30,14 @@ minimises that sum: its optimum, and any dual bound HiGHS proves for it,
 are lower bounds on every plan's step cost; the grid makes them at most
 (grid - 1) low. The best
 runs it finds are re-costed exactly (sorted, every dp-th summed).
+
+The classes model (--model classes, the default above 1024 rows) is the
+same program with counts instead of runs: rows of one padded width are
+alike, so it counts micro-batches per (width class of the widest row, row
+count); see solve_classes. It solves batches of any n (its size follows
+the distinct widths), but HiGHS proves less within a time limit there: on
+tiny batches both give the brute force's optimum
+(tests/python/test_padded_exact.py).
 """
 
 import argparse
@@ -70,37 +78,33 @@ def step_of(costs, dp):
     return sum(costs[j] for j in range(0, len(costs), dp))
 
 
-def solve(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic=1.0 / 24576,
-          grid_ratio=1.003, time_limit=300.0, log=None):
-    """The program for rows of the given padded widths (any order), dp ranks
-    and m micro-batches per rank. Returns a dict: dual (a proven lower bound
-    on every plan's step cost, None if HiGHS proved none), best (the step
-    cost of the best plan found, exact, or None), best_costs (that plan's
-    micro-batch costs, descending: column j is positions j x dp ..), optimal
-    (HiGHS proved its optimum), runs, thresholds, seconds, message."""
+def _thresholds(cost, grid_ratio):
+    """The thresholds g_0 < g_1 < ...: the distinct costs where they are
+    fewer than the geometric grid's points, else that grid; and each cost's
+    bucket (the largest g_k <= cost)."""
     import numpy as np
-    from scipy.optimize import Bounds, LinearConstraint, milp
-    from scipy.sparse import coo_matrix
 
-    width = sorted(width, reverse=True)
-    if width and width[0] > cap:
-        raise ValueError(f"a row of width {width[0]} is above the cap {cap}")
-    n, k_runs = len(width), m * dp
-    row_cost = [cost_linear * w + cost_quadratic * w * w for w in width]
-    max_seqs = max_seqs or n
-    runs = [(i, r, r * row_cost[i]) for i in range(n)
-            for r in range(1, min(cap // width[i], max_seqs, n - i) + 1)]
-    cost = np.array([c for _, _, c in runs])
     grid = [cost.min()]
     while grid[-1] < cost.max():
         grid.append(grid[-1] * grid_ratio)
     distinct = np.unique(cost)
     grid = distinct if len(distinct) <= len(grid) else np.array(grid)
-    g = len(grid)
-    bucket = np.searchsorted(grid, cost, side="right") - 1  # largest g_k <= cost
+    return grid, np.searchsorted(grid, cost, side="right") - 1
 
-    # Variables: x (one per run, binary), N_k (runs costing >= g_k), C_k.
-    nr = len(runs)
+
+def _solve_program(cost, x_ub, model_rows, dp, m, grid_ratio, time_limit):
+    """The threshold program over nx count variables x (x_i micro-batches
+    of cost cost[i], at most x_ub[i]) with the model's own constraints
+    (model_rows(add) adds them over columns 0 .. nx - 1): at most m x dp
+    micro-batches, N_k = those costing g_k or more, C_k >= N_k / dp
+    integer and non-increasing, minimise sum_k (g_k - g_{k-1}) C_k.
+    Returns (scipy result, x rounded or None, thresholds)."""
+    import numpy as np
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    grid, bucket = _thresholds(cost, grid_ratio)
+    g, nx = len(grid), len(cost)
     rows, cols, vals, lo, hi = [], [], [], [], []
 
     def add(entries, low, high):
@@ -111,49 +115,133 @@ def solve(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic=1.0 / 2
         lo.append(low)
         hi.append(high)
 
-    cover = [[] for _ in range(n)]
-    for idx, (i, rr, _) in enumerate(runs):
-        for t in range(i, i + rr):
-            cover[t].append((idx, 1.0))
-    for t in range(n):
-        add(cover[t], 1, 1)
-    add([(idx, 1.0) for idx in range(nr)], 0, k_runs)
+    model_rows(add)
+    add([(idx, 1.0) for idx in range(nx)], 0, m * dp)
     by_bucket = [[] for _ in range(g)]
     for idx, b in enumerate(bucket):
         by_bucket[b].append((idx, -1.0))
     for k in range(g):
-        add([(nr + k, 1.0)] + ([(nr + k + 1, -1.0)] if k + 1 < g else []) + by_bucket[k], 0, 0)
-        add([(nr + k, 1.0), (nr + g + k, -float(dp))], -np.inf, 0)
+        add([(nx + k, 1.0)] + ([(nx + k + 1, -1.0)] if k + 1 < g else []) + by_bucket[k], 0, 0)
+        add([(nx + k, 1.0), (nx + g + k, -float(dp))], -np.inf, 0)
         if k + 1 < g:
-            add([(nr + g + k, 1.0), (nr + g + k + 1, -1.0)], 0, np.inf)
-    nv = nr + 2 * g
+            add([(nx + g + k, 1.0), (nx + g + k + 1, -1.0)], 0, np.inf)
+    nv = nx + 2 * g
     a = coo_matrix((vals, (rows, cols)), shape=(len(lo), nv)).tocsr()
     obj = np.zeros(nv)
-    obj[nr + g:] = grid - np.concatenate([[0.0], grid[:-1]])
+    obj[nx + g:] = grid - np.concatenate([[0.0], grid[:-1]])
     integral = np.zeros(nv)
-    integral[:nr] = 1
-    integral[nr + g:] = 1
+    integral[:nx] = 1
+    integral[nx + g:] = 1
     ub = np.full(nv, np.inf)
-    ub[:nr] = 1
-    ub[nr + g:] = m
-    if log:
-        log(f"{n} rows, dp {dp}, cap {cap}, {m} micro-batches per rank; {nr} candidate runs, "
-            f"{g} thresholds; HiGHS for up to {time_limit:.0f} s ...")
-    t0 = time.time()
+    ub[:nx] = x_ub
+    ub[nx + g:] = m
     res = milp(obj, constraints=LinearConstraint(a, lo, hi), integrality=integral,
                bounds=Bounds(np.zeros(nv), ub),
                options={"time_limit": time_limit, "mip_rel_gap": 1e-5})
+    x = None if res.x is None else [int(round(v)) for v in res.x[:nx]]
+    return res, x, grid
+
+
+def _result(res, x, cost, dp, m, t0, **extra):
     dual = getattr(res, "mip_dual_bound", None)
     if res.status == 0 and (dual is None or not math.isfinite(dual)):
         dual = res.fun
     best, chosen = None, []
-    if res.x is not None:
-        chosen = sorted((runs[idx][2] for idx in range(nr) if res.x[idx] > 0.5), reverse=True)
-        best = step_of(chosen + [0.0] * (k_runs - len(chosen)), dp)
-    return {"dual": dual if dual is not None and math.isfinite(dual) else None, "best": best,
-            "best_costs": chosen,
-            "optimal": res.status == 0, "runs": nr, "thresholds": g,
-            "seconds": time.time() - t0, "message": res.message}
+    if x is not None:
+        for idx, count in enumerate(x):
+            chosen += [float(cost[idx])] * count
+        chosen.sort(reverse=True)
+        best = step_of(chosen + [0.0] * (m * dp - len(chosen)), dp)
+    return dict({"dual": dual if dual is not None and math.isfinite(dual) else None,
+                 "best": best, "best_costs": chosen, "optimal": res.status == 0,
+                 "seconds": time.time() - t0, "message": res.message}, **extra)
+
+
+def _check_widths(width, cap):
+    if width and max(width) > cap:
+        raise ValueError(f"a row of width {max(width)} is above the cap {cap}")
+
+
+def solve(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic=1.0 / 24576,
+          grid_ratio=1.003, time_limit=300.0, log=None):
+    """The runs model for rows of the given padded widths (any order), dp
+    ranks and m micro-batches per rank. Returns a dict: dual (a proven lower
+    bound on every plan's step cost, None if HiGHS proved none), best (the
+    step cost of the best plan found, exact, or None), best_costs (that
+    plan's micro-batch costs, descending: column j is positions j x dp ..),
+    optimal (HiGHS proved its optimum), runs, thresholds, seconds, message."""
+    import numpy as np
+
+    _check_widths(width, cap)
+    width = sorted(width, reverse=True)
+    n = len(width)
+    row_cost = [cost_linear * w + cost_quadratic * w * w for w in width]
+    max_seqs = max_seqs or n
+    runs = [(i, r, r * row_cost[i]) for i in range(n)
+            for r in range(1, min(cap // width[i], max_seqs, n - i) + 1)]
+    cost = np.array([c for _, _, c in runs])
+
+    def cover_every_row(add):
+        cover = [[] for _ in range(n)]
+        for idx, (i, rr, _) in enumerate(runs):
+            for t in range(i, i + rr):
+                cover[t].append((idx, 1.0))
+        for t in range(n):
+            add(cover[t], 1, 1)
+
+    if log:
+        log(f"{n} rows, dp {dp}, cap {cap}, {m} micro-batches per rank; {len(runs)} candidate "
+            f"runs; HiGHS for up to {time_limit:.0f} s ...")
+    t0 = time.time()
+    res, x, grid = _solve_program(cost, np.ones(len(runs)), cover_every_row, dp, m, grid_ratio,
+                                  time_limit)
+    return _result(res, x, cost, dp, m, t0, runs=len(runs), thresholds=len(grid))
+
+
+def solve_classes(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic=1.0 / 24576,
+                  grid_ratio=1.003, time_limit=300.0, log=None):
+    """The same program over width classes, for any n: rows of one padded
+    width are alike, so a plan is a count y(d, r) of micro-batches of r rows
+    whose widest row is of class d (cost r x c(w_d), r x w_d within the cap
+    and max_seqs). Such counts are some plan's exactly when every class
+    heads at most as many micro-batches as it has rows, and, for every e,
+    the rows of the e widest classes fit the slots of the micro-batches
+    those classes head (each row may join any micro-batch headed by a row
+    at least as wide: nested sets, so Hall's condition on these prefixes is
+    enough for an assignment). Its size grows with the distinct widths (at
+    most cap / round), not with n. Returns solve's dict (types instead of
+    runs)."""
+    import numpy as np
+
+    _check_widths(width, cap)
+    classes = sorted(set(width), reverse=True)
+    count = {w: 0 for w in classes}
+    for w in width:
+        count[w] += 1
+    n = len(width)
+    max_seqs = max_seqs or n
+    types = [(d, r, r * (cost_linear * w + cost_quadratic * w * w))
+             for d, w in enumerate(classes) for r in range(1, min(cap // w, max_seqs, n) + 1)]
+    cost = np.array([c for _, _, c in types])
+
+    def heads_and_hall(add):
+        by_class = [[] for _ in classes]
+        for idx, (d, r, _) in enumerate(types):
+            by_class[d].append((idx, float(r)))
+        prefix, rows = [], 0
+        for d, w in enumerate(classes):
+            add([(idx, 1.0) for idx, _ in by_class[d]], 0, count[w])
+            prefix += by_class[d]
+            rows += count[w]
+            add(list(prefix), rows, np.inf)
+
+    if log:
+        log(f"{n} rows in {len(classes)} width classes, dp {dp}, cap {cap}, {m} micro-batches per "
+            f"rank; {len(types)} micro-batch types; HiGHS for up to {time_limit:.0f} s ...")
+    t0 = time.time()
+    res, x, grid = _solve_program(cost, np.full(len(types), np.inf), heads_and_hall, dp, m,
+                                  grid_ratio, time_limit)
+    return _result(res, x, cost, dp, m, t0, types=len(types), thresholds=len(grid))
 
 
 def main():
@@ -168,6 +256,10 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-limit", type=float, default=300.0, help="seconds for HiGHS")
     ap.add_argument("--grid", type=float, default=1.003, help="threshold ratio (> 1)")
+    ap.add_argument("--model", choices=["auto", "runs", "classes"], default="auto",
+                    help="runs: one variable per run of the width order (n up to a few "
+                         "thousand); classes: counts per width class and row count (any n); "
+                         "auto: runs up to 1024 rows, else classes")
     ap.add_argument("--packctl", default=str(REPO / "build" / "client" / "c" / "packctl"))
     args = ap.parse_args()
     if not args.grid > 1:
@@ -179,7 +271,8 @@ def main():
     stats = plan_with_packctl(args)
     width = [(x + args.round - 1) // args.round * args.round for x in read_lengths(args.lengths)]
     try:
-        r = solve(width, args.dp, int(stats["microBatchesPerRank"]), args.max_tokens, args.max_seqs,
+        model = args.model if args.model != "auto" else ("runs" if len(width) <= 1024 else "classes")
+        r = (solve if model == "runs" else solve_classes)(width, args.dp, int(stats["microBatchesPerRank"]), args.max_tokens, args.max_seqs,
                   args.cost_linear, args.cost_quadratic, args.grid, args.time_limit,
                   log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as e:
@@ -195,7 +288,7 @@ def main():
         costs = r["best_costs"]
         print("its column levels                    "
               + ", ".join(f"{costs[j]:.0f}" for j in range(0, len(costs), args.dp)))
-    print(f"status: {r['message']}")
+    print(f"model: {model}; status: {r['message']}")
 
 
 if __name__ == "__main__":

@@ -44,17 +44,33 @@ def brute_force_step(width, dp, m, cap):
     return best
 
 
+@pytest.mark.parametrize("model", ["runs", "classes"])
 @pytest.mark.parametrize("seed", range(4))
-def test_optimum_equals_brute_force(seed):
+def test_optimum_equals_brute_force(seed, model):
     rng = random.Random(seed)
     cap = 4096
-    width = [128 * rng.randint(1, 16) for _ in range(7)]
+    # Widths from a few classes, so that the classes model has rows alike.
+    width = [128 * rng.choice([1, 3, 4, 8, 13, 16]) for _ in range(7)]
     dp, m = 2, 2
     truth = brute_force_step(width, dp, m, cap)
-    r = padded_exact.solve(width, dp, m, cap, time_limit=60)
+    solver = padded_exact.solve if model == "runs" else padded_exact.solve_classes
+    r = solver(width, dp, m, cap, time_limit=60)
     assert r["optimal"]
     assert r["best"] == pytest.approx(truth, rel=1e-9)
     assert r["dual"] == pytest.approx(truth, rel=1e-6)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_models_agree(seed):
+    """Beyond brute force's reach (20 rows, 2 ranks, 3 micro-batches each),
+    both models prove the same optimum; with max_seqs too."""
+    rng = random.Random(100 + seed)
+    width = [256 * rng.randint(1, 12) for _ in range(20)]
+    for max_seqs in (0, 5):
+        runs = padded_exact.solve(width, 2, 3, 12288, max_seqs=max_seqs, time_limit=120)
+        classes = padded_exact.solve_classes(width, 2, 3, 12288, max_seqs=max_seqs, time_limit=120)
+        assert runs["optimal"] and classes["optimal"]
+        assert classes["best"] == pytest.approx(runs["best"], rel=1e-9)
 
 
 def test_command_line_against_the_planner(tmp_path):
