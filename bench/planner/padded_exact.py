@@ -46,6 +46,7 @@ import math
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -214,10 +215,8 @@ def solve_classes(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic
     import numpy as np
 
     _check_widths(width, cap)
-    classes = sorted(set(width), reverse=True)
-    count = {w: 0 for w in classes}
-    for w in width:
-        count[w] += 1
+    count = Counter(width)
+    classes = sorted(count, reverse=True)
     n = len(width)
     max_seqs = max_seqs or n
     types = [(d, r, r * (cost_linear * w + cost_quadratic * w * w))
@@ -270,11 +269,14 @@ def main():
         sys.exit(f"padded_exact: {e}; install python3-scipy (>= 1.9)")
     stats = plan_with_packctl(args)
     width = [(x + args.round - 1) // args.round * args.round for x in read_lengths(args.lengths)]
+    model = args.model
+    if model == "auto":
+        model = "runs" if len(width) <= 1024 else "classes"
+    solver = solve if model == "runs" else solve_classes
     try:
-        model = args.model if args.model != "auto" else ("runs" if len(width) <= 1024 else "classes")
-        r = (solve if model == "runs" else solve_classes)(width, args.dp, int(stats["microBatchesPerRank"]), args.max_tokens, args.max_seqs,
-                  args.cost_linear, args.cost_quadratic, args.grid, args.time_limit,
-                  log=lambda msg: print(msg, file=sys.stderr, flush=True))
+        r = solver(width, args.dp, int(stats["microBatchesPerRank"]), args.max_tokens, args.max_seqs,
+                   args.cost_linear, args.cost_quadratic, args.grid, args.time_limit,
+                   log=lambda msg: print(msg, file=sys.stderr, flush=True))
     except ValueError as e:
         sys.exit(f"padded_exact: {e}")
     plan, printed = float(stats["stepCost"]), float(stats["stepCostLowerBound"])

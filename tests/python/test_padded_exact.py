@@ -49,8 +49,7 @@ def brute_force_step(width, dp, m, cap):
 def test_optimum_equals_brute_force(seed, model):
     rng = random.Random(seed)
     cap = 4096
-    # Widths from a few classes, so that the classes model has rows alike.
-    width = [128 * rng.choice([1, 3, 4, 8, 13, 16]) for _ in range(7)]
+    width = [128 * rng.randint(1, 16) for _ in range(7)]
     dp, m = 2, 2
     truth = brute_force_step(width, dp, m, cap)
     solver = padded_exact.solve if model == "runs" else padded_exact.solve_classes
@@ -98,3 +97,20 @@ def test_bad_grid_is_an_error(tmp_path):
     out = subprocess.run(["/usr/bin/python3", str(SCRIPT), str(lengths), "--dp", "1",
                           "--max-tokens", "1024", "--grid", "1"], capture_output=True, text=True)
     assert out.returncode != 0 and "--grid 1.0: must be > 1" in out.stderr
+
+
+def test_command_line_classes_model(tmp_path):
+    """--model classes reaches solve_classes from the command line, and its
+    proven bound lies at or below the planner's plan."""
+    assert PACKCTL.is_file(), f"packctl not built at {PACKCTL}"
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("".join(f"{x}\n" for x in [3000, 2900, 1200, 1100, 1000, 500, 400, 300]))
+    out = subprocess.run(["/usr/bin/python3", str(SCRIPT), str(lengths), "--dp", "2",
+                          "--max-tokens", "4096", "--model", "classes", "--time-limit", "60",
+                          "--packctl", str(PACKCTL)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "model: classes" in text and "Optimal" in text
+    plan = float(text.split("plan step cost (packctl AUTO)")[1].split()[0])
+    proven = float(text.split("proven lower bound")[1].split(")")[1].split()[0])
+    assert proven <= plan * (1 + 1e-9)
