@@ -56,7 +56,10 @@
  *     such runs; each dealt in tiers of dp by cost and refined by row moves
  *     inside each column (pk_auto_refine_padded); then, with at most 512 runs
  *     and 32 per tier, the cut search (pk_auto_search_runs, auto_runs.c)
- *     moves the cuts between the best runs; the lowest step is kept.
+ *     moves the cuts between the best runs; with 2 to 64 micro-batches per
+ *     rank, the level search (pk_auto_level_search, auto_levels.c) walks
+ *     the width order at moved column levels from the best runs, within a
+ *     work budget; the lowest step is kept.
  *   - pk_auto_lower_padded (auto_padded_lower.c): rows leave each column's
  *     costliest micro-batch for micro-batches of other columns that stay
  *     within their own level (not with equal_count).

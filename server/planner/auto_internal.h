@@ -164,6 +164,10 @@ typedef struct padded_rows {
   uint32_t n;
   double *cost;
   uint32_t *cap_rows;
+  /* The first position past each row's class (the span of rows with its
+   * cost and cap_rows): runs opened inside a class at one target all take
+   * the same rows, so counts move a class at a time. */
+  uint32_t *class_end;
 } padded_rows_t;
 
 int pk_padded_rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order);
@@ -177,6 +181,27 @@ void pk_padded_rows_free(padded_rows_t *rt);
  * unchanged). */
 int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t count, uint32_t dp,
                         uint32_t moves, uint64_t seed);
+
+/* Runs of the width order at a target cost (auto_padded.c). The number of
+ * runs of positions [from, n) at target t, at most limit + 1 (out, when
+ * given, gets them); the least target at which there are at most `target`
+ * (negative where none is; `fits`, when positive, is a target known to
+ * fit); and the costliest multi-row runs of grp[from, g) halved until there
+ * are `target` in grp (PK_EPRECOND where none is left to halve). */
+uint32_t pk_padded_count_groups(const padded_rows_t *rt, uint32_t from, double t, uint32_t limit,
+                                padded_group_t *out);
+double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t target, double fits);
+int pk_padded_halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_t from, uint32_t g,
+                           uint32_t target);
+
+/* The level search (auto_levels.c): from `runs` (m x dp runs covering
+ * positions [0, rt->n)), walks of the width order at moved column levels;
+ * where one gives runs whose columns' costliest runs sum below the step
+ * cost of `runs`, they replace `runs` (0). PK_EPRECOND: no such runs found
+ * (runs unchanged); PK_ENOMEM. `work` bounds the walks (about one unit per
+ * run opened or level read). */
+int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t m, uint32_t dp,
+                         uint64_t work);
 
 /* PADDED (auto_padded.c). */
 int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
@@ -199,7 +224,8 @@ padded_rows_of_t pk_padded_rows_of(const pk_ctx_t *ctx, const uint32_t *head, co
  * (auto_padded_lower.c). Never raises the step cost. */
 int pk_auto_lower_padded(auto_state_t *s);
 /* The PADDED packings without equal_count (runs of like width, halved, in
- * an even band or in column levels, then the cut search from the best),
+ * an even band or in column levels, then the cut search and the level
+ * search from the best),
  * each refined; keeps the lowest step cost. PK_EPRECOND
  * when m columns cannot hold the items. saved_* hold m x dp micro-batches
  * and n items. */

@@ -114,19 +114,26 @@ int pk_padded_rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *
   rt->n = n;
   rt->cost = pk_malloc_array(n, sizeof *rt->cost);
   rt->cap_rows = pk_malloc_array(n, sizeof *rt->cap_rows);
-  if (rt->cost == NULL || rt->cap_rows == NULL)
+  rt->class_end = pk_malloc_array(n, sizeof *rt->class_end);
+  if (rt->cost == NULL || rt->cap_rows == NULL || rt->class_end == NULL)
     return PK_ENOMEM;
   for (uint32_t i = 0; i < n; i++) {
     uint32_t k = order[i];
     rt->cost[i] = ctx->cost[k];
     rt->cap_rows[i] = (uint32_t)PK_MIN(pk_padded_cap_rows(ctx->cfg, ctx->size[k]), (uint64_t)n);
   }
+  for (uint32_t i = n; i-- > 0;)
+    rt->class_end[i] =
+        i + 1 < n && rt->cost[i + 1] == rt->cost[i] && rt->cap_rows[i + 1] == rt->cap_rows[i]
+            ? rt->class_end[i + 1]
+            : i + 1;
   return 0;
 }
 
 void pk_padded_rows_free(padded_rows_t *rt) {
   free(rt->cost);
   free(rt->cap_rows);
+  free(rt->class_end);
 }
 
 /* The most rows a run opened at position i takes under target cost t, the
@@ -141,19 +148,22 @@ static uint32_t run_rows(const padded_rows_t *rt, uint32_t i, double t) {
 
 /* Number of groups of positions [from, n) for target cost t (stops
  * counting above limit); out, when given, gets them (runs of run_rows). */
-static uint32_t count_groups(const padded_rows_t *rt, uint32_t from, double t, uint32_t limit,
-                             padded_group_t *out) {
+uint32_t pk_padded_count_groups(const padded_rows_t *rt, uint32_t from, double t, uint32_t limit,
+                                padded_group_t *out) {
   uint32_t n = rt->n, g = 0;
   for (uint32_t i = from; i < n;) {
-    uint32_t rows = run_rows(rt, i, t);
-    if (rows > n - i)
-      rows = n - i;
-    if (g >= limit)
+    /* Every run opening in i's class takes the same rows (the last one
+     * fewer where it reaches n). */
+    uint32_t rows = run_rows(rt, i, t), end = rt->class_end[i];
+    uint32_t k = (end - i + rows - 1) / rows;
+    if (g + k > limit)
       return limit + 1;
-    if (out != NULL)
-      out[g] = (padded_group_t){i, rows, (double)rows * rt->cost[i]};
-    g++;
-    i += rows;
+    for (uint32_t q = 0; out != NULL && q < k; q++) {
+      uint32_t first = i + q * rows, r = PK_MIN(rows, n - first);
+      out[g + q] = (padded_group_t){first, r, (double)r * rt->cost[i]};
+    }
+    g += k;
+    i = (uint32_t)PK_MIN((uint64_t)i + (uint64_t)k * rows, (uint64_t)n);
   }
   return g;
 }
@@ -170,7 +180,8 @@ static bool group_costlier(const void *arg, uint32_t x, uint32_t y) {
  * knows to fit; 0: none) or doubling until the count fits. Past (items) x
  * the costliest item's cost no run is closed by T, so the count is the
  * exact greedy grouping of pk_micro_lower_bound and the doubling stops. */
-static double least_target(const padded_rows_t *rt, uint32_t from, uint32_t target, double fits) {
+double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t target,
+                              double fits) {
   double total = 0, top = 0;
   for (uint32_t i = from; i < rt->n; i++) {
     total += rt->cost[i];
@@ -180,7 +191,7 @@ static double least_target(const padded_rows_t *rt, uint32_t from, uint32_t targ
   if (fits > lo)
     hi = fits;
   double never = top * (rt->n - from) + 1;
-  while (count_groups(rt, from, hi, target, NULL) > target) {
+  while (pk_padded_count_groups(rt, from, hi, target, NULL) > target) {
     if (hi > never)
       return -1;
     lo = hi;
@@ -188,7 +199,7 @@ static double least_target(const padded_rows_t *rt, uint32_t from, uint32_t targ
   }
   while (hi - lo > hi * 1e-7) {
     double mid = (lo + hi) / 2;
-    if (count_groups(rt, from, mid, target, NULL) <= target)
+    if (pk_padded_count_groups(rt, from, mid, target, NULL) <= target)
       hi = mid;
     else
       lo = mid;
@@ -239,8 +250,8 @@ static bool halve_before(const void *arg, uint32_t x, uint32_t y) {
  * target groups in all; each halving adds one group (a heap of the groups
  * with two rows or more, O(log g) per halving). Fails (PK_EPRECOND) when no
  * group there has two rows left. */
-static int halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_t from, uint32_t g,
-                        uint32_t target) {
+int pk_padded_halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_t from, uint32_t g,
+                           uint32_t target) {
   if (g >= target)
     return 0;
   uint32_t *heap = pk_malloc_array(target, sizeof *heap);
@@ -285,10 +296,10 @@ static int halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_t f
  * target of them, into grp; *halvings tells how many were. */
 static int halved_runs(const padded_rows_t *rt, uint32_t target, double t, padded_group_t *grp,
                        uint32_t *halvings) {
-  uint32_t g = count_groups(rt, 0, t, target, grp);
+  uint32_t g = pk_padded_count_groups(rt, 0, t, target, grp);
   *halvings = target - g;
   /* n >= target, so a multi-row group always exists. */
-  return halve_groups(rt, grp, 0, g, target);
+  return pk_padded_halve_groups(rt, grp, 0, g, target);
 }
 
 /* Column levels: where the widest items cost more than the common target
@@ -330,13 +341,13 @@ static int level_runs(const padded_rows_t *rt, uint32_t m, uint32_t dp, double t
       from += rows;
     }
   }
-  double rest_t = least_target(rt, from, target - g, t);
+  double rest_t = pk_padded_least_target(rt, from, target - g, t);
   if (rest_t < 0)
     return PK_EPRECOND;
-  uint32_t rest = count_groups(rt, from, rest_t, target - g, grp + g);
+  uint32_t rest = pk_padded_count_groups(rt, from, rest_t, target - g, grp + g);
   if (rest > target - g)
     return PK_EPRECOND;
-  return halve_groups(rt, grp, g, g + rest, target);
+  return pk_padded_halve_groups(rt, grp, g, g + rest, target);
 }
 
 /* Even groups: exactly m x dp runs whose costs lie in [lo_t, hi_t] where
@@ -644,6 +655,28 @@ static uint32_t search_moves(uint32_t runs, uint32_t dp) {
   return PK_MIN(20000u, 2000000u / PK_MAX(runs / dp, 1u));
 }
 
+/* The level search's work (pk_auto_level_search): 4 units per row up to
+ * 8192 rows, rising to 16 per row from 32768 (about 0.1 ms at n = 4096 and
+ * up to 10 ms at n = 65536 on the bench machine, bench/planner; the walks'
+ * gains come mostly in the first few dozen). */
+static uint64_t level_work(uint32_t n) {
+  uint64_t per_row = PK_MIN(PK_MAX((uint64_t)n / 2048, 4), 16);
+  return per_row * n;
+}
+
+/* Whether the level search may pay: at least two columns and two ranks,
+ * at most 64 columns (a walk reads every level per width class), and a
+ * step cost more than 0.2 % above the mean cost per rank (no packing of
+ * these rows costs less than that mean). */
+static bool level_search_worth(const padded_rows_t *rt, uint32_t m, uint32_t dp, double step) {
+  if (m < 2 || m > 64 || dp < 2)
+    return false;
+  double total = 0;
+  for (uint32_t i = 0; i < rt->n; i++)
+    total += rt->cost[i];
+  return step > total / dp * (1 + 2e-3);
+}
+
 int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
                              pk_bin_t *saved_bins, uint32_t *saved_item_bin) {
   const pk_ctx_t *ctx = s->ctx;
@@ -657,7 +690,7 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
     rc = PK_ENOMEM;
   if (rc != 0)
     goto done;
-  double t = least_target(&rt, 0, target, 0), best = 0, step = 0;
+  double t = pk_padded_least_target(&rt, 0, target, 0), best = 0, step = 0;
   if (t < 0) {
     rc = PK_EPRECOND;
     goto done;
@@ -671,24 +704,29 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
   bool try_levels = rt.cost[0] > t && head_room(s, t) > best * 2e-3;
   bool try_cap_levels = rt.cap_rows[0] > 1 && rt.cost[0] * rt.cap_rows[0] > t;
   uint32_t moves = search_moves(target, s->dp);
-  if (!try_even && !try_levels && !try_cap_levels && moves == 0)
+  bool try_walks = level_search_worth(&rt, m, s->dp, best);
+  if (!try_even && !try_levels && !try_cap_levels && moves == 0 && !try_walks)
     goto done; /* The halved packing stands. */
   /* saved_* and best_grp hold the best packing so far and its runs. */
   memcpy(best_grp, grp, target * sizeof *grp);
   memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
   memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
-  for (int a = 0; a < 4; a++) {
+  for (int a = 0; a < 5; a++) {
     if ((a == 0 && !try_even) || (a == 1 && !try_levels) || (a == 2 && !try_cap_levels) ||
-        (a == 3 && moves == 0))
+        (a == 3 && moves == 0) || (a == 4 && !try_walks))
       continue;
     if (a == 0)
       rc = even_runs(&rt, target, t, grp);
     else if (a == 1 || a == 2)
       rc = level_runs(&rt, m, s->dp, t, a == 2, grp);
-    else {
+    else if (a == 3) {
       /* The cut search from the best runs so far. */
       memcpy(grp, best_grp, target * sizeof *grp);
       rc = pk_auto_search_runs(&rt, grp, target, s->dp, moves, ctx->cfg->seed);
+    } else {
+      /* The level search from the best runs so far. */
+      memcpy(grp, best_grp, target * sizeof *grp);
+      rc = pk_auto_level_search(&rt, grp, m, s->dp, level_work((uint32_t)n));
     }
     if (rc == 0)
       rc = finish_runs(s, order, grp, m, &step);
