@@ -188,6 +188,9 @@ int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t 
  * (negative where none is; `fits`, when positive, is a target known to
  * fit); and the costliest multi-row runs of grp[from, g) halved until there
  * are `target` in grp (PK_EPRECOND where none is left to halve). */
+/* Whether group x of a padded_group_t array costs more than group y (a
+ * pk_before_fn: sorts runs by cost, descending). */
+bool pk_padded_group_costlier(const void *arg, uint32_t x, uint32_t y);
 uint32_t pk_padded_count_groups(const padded_rows_t *rt, uint32_t from, double t, uint32_t limit,
                                 padded_group_t *out);
 double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t target, double fits);
@@ -196,10 +199,11 @@ int pk_padded_halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_
 
 /* The level search (auto_levels.c): from `runs` (m x dp runs covering
  * positions [0, rt->n)), walks of the width order at moved column levels;
- * where one gives runs whose columns' costliest runs sum below the step
- * cost of `runs`, they replace `runs` (0). PK_EPRECOND: no such runs found
- * (runs unchanged); PK_ENOMEM. `work` bounds the walks (about one unit per
- * run opened or level read). */
+ * where one gives runs with a lower step cost than `runs` (costs sorted
+ * descending, the sum of every dp-th), the best replace `runs` (0, in no
+ * particular order). PK_EPRECOND: none found (runs unchanged); PK_ENOMEM.
+ * `work` bounds the walks (about one unit per level read, batch of runs
+ * or class counted). */
 int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t m, uint32_t dp,
                          uint64_t work);
 

@@ -50,10 +50,7 @@ typedef struct level_walk {
   const padded_rows_t *rt;
   uint32_t m1;         /* Levels given: all columns but the last. */
   uint32_t dp, count;  /* count = (m1 + 1) x dp runs. */
-  uint32_t nseg;       /* Classes: spans of rows with one cost and cap. */
-  uint32_t *seg_first; /* nseg + 1 positions. */
-  uint32_t *seg_of;    /* n: the class of each row. */
-  double *seg_inv;     /* nseg: 1 / the class's row cost (0 where it is 0). */
+  double *inv;         /* n: 1 / each row's cost (0 where it is 0). */
   double *prefix;      /* n + 1: the rows' costs summed up to each position. */
   uint32_t *left;      /* m1: runs each upper column may still take. */
   uint32_t *rows;      /* m1: rows each level admits in the current class. */
@@ -89,9 +86,10 @@ static inline uint32_t class_rows(double t, double c, double inv, uint32_t cap) 
   return q >= 1 ? (uint32_t)q : 1;
 }
 
-/* Fills rows / waste for a class whose rows cost c with cap rows cap. */
-static void class_levels(level_walk_t *w, uint32_t seg, double c, uint32_t cap) {
-  double inv = w->seg_inv[seg];
+/* Fills rows / waste for the class of row i. */
+static void class_levels(level_walk_t *w, uint32_t i) {
+  double c = w->rt->cost[i], inv = w->inv[i];
+  uint32_t cap = w->rt->cap_rows[i];
   for (uint32_t j = 0; j < w->m1; j++) {
     double l = w->level[j];
     uint32_t r = 0;
@@ -131,8 +129,8 @@ static uint32_t tail_runs(level_walk_t *w, uint32_t from, double t, uint32_t lim
   const padded_rows_t *rt = w->rt;
   uint32_t n = rt->n, i = from, g = 0;
   while (i < n) {
-    uint32_t seg = w->seg_of[i], end = w->seg_first[seg + 1];
-    uint32_t rows = class_rows(t, rt->cost[i], w->seg_inv[seg], rt->cap_rows[i]);
+    uint32_t end = rt->class_end[i];
+    uint32_t rows = class_rows(t, rt->cost[i], w->inv[i], rt->cap_rows[i]);
     uint32_t k = (end - i + rows - 1) / rows; /* Runs opening in this class. */
     w->ops++;
     if (g + k > limit)
@@ -257,12 +255,11 @@ static double walk(level_walk_t *w, const double *level) {
   w->nbatch = 0;
   for (uint32_t j = 0; j < m1; j++)
     w->left[j] = dp;
-  uint32_t cur = UINT32_MAX;
+  uint32_t end = 0; /* The current class's end: rows / waste hold for it. */
   while (i < n && upper > 0) {
-    uint32_t seg = w->seg_of[i];
-    if (seg != cur) {
-      cur = seg;
-      class_levels(w, seg, rt->cost[i], rt->cap_rows[i]);
+    if (i >= end) {
+      end = rt->class_end[i];
+      class_levels(w, i);
     }
     uint32_t best = UINT32_MAX;
     for (uint32_t j = 0; j < m1; j++)
@@ -271,7 +268,7 @@ static double walk(level_walk_t *w, const double *level) {
     w->ops += m1;
     if (best == UINT32_MAX)
       break; /* The last column starts here. */
-    uint32_t rows = w->rows[best], end = w->seg_first[seg + 1];
+    uint32_t rows = w->rows[best];
     uint32_t runs = PK_MIN((end - i + rows - 1) / rows, w->left[best]);
     i = add_runs(w, i, rows, runs, best);
     w->left[best] -= runs;
@@ -311,20 +308,14 @@ static void tighten(const level_walk_t *w, double *level) {
       level[j] = w->col_max[j];
 }
 
-/* The batches expanded into runs (count of them). */
-static void expand(const run_batch_t *batch, uint32_t nbatch, const double *cost,
-                   padded_group_t *runs) {
+/* The batches expanded into runs (count of them; a batch's runs open in
+ * one class, so each costs the batch's cost). */
+static void expand(const run_batch_t *batch, uint32_t nbatch, padded_group_t *runs) {
   uint32_t g = 0;
   for (uint32_t b = 0; b < nbatch; b++)
-    for (uint32_t q = 0; q < batch[b].runs; q++) {
-      uint32_t first = batch[b].first + q * batch[b].rows;
-      runs[g++] = (padded_group_t){first, batch[b].rows, (double)batch[b].rows * cost[first]};
-    }
-}
-
-static bool cost_above(const void *arg, uint32_t x, uint32_t y) {
-  const padded_group_t *g = arg;
-  return g[x].cost > g[y].cost;
+    for (uint32_t q = 0; q < batch[b].runs; q++)
+      runs[g++] =
+          (padded_group_t){batch[b].first + q * batch[b].rows, batch[b].rows, batch[b].cost};
 }
 
 int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t m, uint32_t dp,
@@ -340,9 +331,7 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
   double *level = pk_malloc_array(m1, sizeof *level);
   double *trial = pk_malloc_array(m1, sizeof *trial);
   run_batch_t *best_batch = pk_malloc_array(room, sizeof *best_batch);
-  w.seg_first = pk_malloc_array((size_t)n + 1, sizeof *w.seg_first);
-  w.seg_of = pk_malloc_array(n, sizeof *w.seg_of);
-  w.seg_inv = pk_malloc_array(n, sizeof *w.seg_inv);
+  w.inv = pk_malloc_array(n, sizeof *w.inv);
   w.prefix = pk_malloc_array((size_t)n + 1, sizeof *w.prefix);
   w.left = pk_malloc_array(m1, sizeof *w.left);
   w.rows = pk_malloc_array(m1, sizeof *w.rows);
@@ -352,25 +341,22 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
   w.order_tmp = pk_malloc_array(room, sizeof *w.order_tmp);
   w.col_max = pk_malloc_array((size_t)m1 + 1, sizeof *w.col_max);
   if (idx == NULL || tmp == NULL || level == NULL || trial == NULL || best_batch == NULL ||
-      w.seg_first == NULL || w.seg_of == NULL || w.seg_inv == NULL || w.prefix == NULL ||
-      w.left == NULL || w.rows == NULL || w.waste == NULL || w.batch == NULL || w.order == NULL ||
-      w.order_tmp == NULL || w.col_max == NULL)
+      w.inv == NULL || w.prefix == NULL || w.left == NULL || w.rows == NULL || w.waste == NULL ||
+      w.batch == NULL || w.order == NULL || w.order_tmp == NULL || w.col_max == NULL)
     goto done;
   rc = PK_EPRECOND;
   w.prefix[0] = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    if (i == 0 || rt->cost[i] != rt->cost[i - 1] || rt->cap_rows[i] != rt->cap_rows[i - 1]) {
-      w.seg_inv[w.nseg] = rt->cost[i] > 0 ? 1 / rt->cost[i] : 0;
-      w.seg_first[w.nseg++] = i;
-    }
-    w.seg_of[i] = w.nseg - 1;
+  for (uint32_t i = 0; i < n; i++)
     w.prefix[i + 1] = w.prefix[i] + rt->cost[i];
+  for (uint32_t i = 0; i < n; i = rt->class_end[i]) {
+    double inv = rt->cost[i] > 0 ? 1 / rt->cost[i] : 0; /* One division a class. */
+    for (uint32_t k = i; k < rt->class_end[i]; k++)
+      w.inv[k] = inv;
   }
-  w.seg_first[w.nseg] = n;
   /* The start: the packing's step cost and its tier tops as levels. */
   for (uint32_t q = 0; q < count; q++)
     idx[q] = q;
-  pk_merge_sort_u32(idx, tmp, count, cost_above, runs);
+  pk_merge_sort_u32(idx, tmp, count, pk_padded_group_costlier, runs);
   double start = 0;
   for (uint32_t j = 0; j < m; j++)
     start += runs[idx[(size_t)j * dp]].cost;
@@ -416,7 +402,7 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
   }
 out:
   if (best < start * (1 - 1e-9)) {
-    expand(best_batch, best_n, rt->cost, runs);
+    expand(best_batch, best_n, runs);
     rc = 0;
   }
 done:
@@ -425,9 +411,7 @@ done:
   free(level);
   free(trial);
   free(best_batch);
-  free(w.seg_first);
-  free(w.seg_of);
-  free(w.seg_inv);
+  free(w.inv);
   free(w.prefix);
   free(w.left);
   free(w.rows);

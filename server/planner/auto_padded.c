@@ -168,12 +168,12 @@ uint32_t pk_padded_count_groups(const padded_rows_t *rt, uint32_t from, double t
   return g;
 }
 
-static bool group_costlier(const void *arg, uint32_t x, uint32_t y) {
+bool pk_padded_group_costlier(const void *arg, uint32_t x, uint32_t y) {
   const padded_group_t *grp = arg;
   return grp[x].cost > grp[y].cost;
 }
 
-/* The least target cost T (to a relative 1e-7) at which count_groups makes
+/* The least target cost T (to a relative 1e-7) at which pk_padded_count_groups makes
  * at most `target` groups of order[from..n), or a negative value when none
  * does. Every group costs at most T, so T >= (their total cost) / target:
  * the bisection starts there, its upper end at `fits` (a target the caller
@@ -222,7 +222,7 @@ static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_grou
   }
   for (uint32_t q = 0; q < g; q++)
     gi[q] = q;
-  pk_merge_sort_u32(gi, gtmp, g, group_costlier, grp);
+  pk_merge_sort_u32(gi, gtmp, g, pk_padded_group_costlier, grp);
   s->m = m;
   memset(s->bins, 0, (size_t)g * sizeof *s->bins);
   for (uint32_t q = 0; q < g; q++) {
@@ -292,7 +292,7 @@ int pk_padded_halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_
   return rc;
 }
 
-/* Groups at target t (least_target), the costliest halved until there are
+/* Groups at target t (pk_padded_least_target), the costliest halved until there are
  * target of them, into grp; *halvings tells how many were. */
 static int halved_runs(const padded_rows_t *rt, uint32_t target, double t, padded_group_t *grp,
                        uint32_t *halvings) {
@@ -354,7 +354,7 @@ static int level_runs(const padded_rows_t *rt, uint32_t m, uint32_t dp, double t
  * their rows allow (a run opened by width w takes between ceil(lo_t / c(w))
  * and min(hi_t / c(w), cap / w, max_seqs) rows, at least one and at most
  * the latter; the last run may be shorter), with hi_t the least target of
- * count_groups and lo_t as high as an exact count allows (bisection to
+ * pk_padded_count_groups and lo_t as high as an exact count allows (bisection to
  * 0.4 % of hi_t). Halving the costliest groups (halved_runs) leaves a tail
  * of half-cost groups whose columns run far below the others; here every
  * run that can reach the common band does.

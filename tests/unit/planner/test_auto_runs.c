@@ -113,6 +113,34 @@ static double best_cut(const padded_rows_t *rt, uint32_t count, uint32_t dp) {
   return best;
 }
 
+/* A random PADDED batch of n rows into f and rt (lens and order: n
+ * entries, kept by the caller): lengths up to the cap in a quarter of the
+ * draws, else up to cap / 8; max_seqs 2 to 9 in a third of the batches.
+ * With varied, also zero-length rows (cost 0) in a third of the batches (a
+ * level-search walk whose last column was made of them once spun forever
+ * looking for its target) and widths rounded to 64 in half. Returns the
+ * fewest runs the rows fit in (greedy at cap_rows). */
+static uint32_t random_rows(uint64_t *seed, uint32_t n, uint32_t dp, uint64_t cap, bool varied,
+                            uint32_t *lens, uint32_t *order, fx_t *f, padded_rows_t *rt) {
+  uint32_t zeros = varied && fx_below(seed, 3) == 0 ? 1 + fx_below(seed, 3) : 0;
+  for (uint32_t k = 0; k < n; k++)
+    lens[k] = varied && fx_below(seed, 4) < zeros
+                  ? 0
+                  : 1 + fx_below(seed, fx_below(seed, 4) == 0 ? (uint32_t)cap : (uint32_t)cap / 8);
+  fx_init(f, lens, n, dp, PK_MODE_PADDED, cap);
+  if (fx_below(seed, 3) == 0)
+    f->cfg.max_seqs = 2 + fx_below(seed, 8);
+  if (varied && fx_below(seed, 2) == 0)
+    f->cfg.round = 64;
+  fx_build(f);
+  fx_size_order(f, order);
+  assert_int_equal(pk_padded_rows_init(rt, &f->ctx, order), 0);
+  uint32_t fewest = 0;
+  for (uint32_t i = 0; i < n; i += rt->cap_rows[i])
+    fewest++;
+  return fewest;
+}
+
 static void test_search_keeps_runs_valid(void **state) {
   (void)state;
   uint64_t seed = 11;
@@ -121,21 +149,10 @@ static void test_search_keeps_runs_valid(void **state) {
     uint32_t n = 8 + fx_below(&seed, 300), dp = 1 + fx_below(&seed, 8);
     uint64_t cap = 256 + fx_below(&seed, 4096);
     uint32_t lens[320], order[320];
-    for (uint32_t k = 0; k < n; k++)
-      lens[k] = 1 + fx_below(&seed, fx_below(&seed, 4) == 0 ? (uint32_t)cap : (uint32_t)cap / 8);
     fx_t f;
-    fx_init(&f, lens, n, dp, PK_MODE_PADDED, cap);
-    if (fx_below(&seed, 3) == 0)
-      f.cfg.max_seqs = 2 + fx_below(&seed, 8);
-    fx_build(&f);
-    fx_size_order(&f, order);
     padded_rows_t rt;
-    assert_int_equal(pk_padded_rows_init(&rt, &f.ctx, order), 0);
-    /* A count at or above the fewest runs (greedy at cap_rows), in tiers
-     * of dp. */
-    uint32_t fewest = 0;
-    for (uint32_t i = 0; i < n; i += rt.cap_rows[i])
-      fewest++;
+    uint32_t fewest = random_rows(&seed, n, dp, cap, false, lens, order, &f, &rt);
+    /* A count at or above the fewest runs, in tiers of dp. */
     uint32_t count = (fewest + dp - 1) / dp * dp + dp * fx_below(&seed, 3);
     padded_group_t *runs = calloc(count, sizeof *runs);
     assert_non_null(runs);
@@ -203,27 +220,9 @@ static void test_level_search_keeps_runs_valid(void **state) {
     uint32_t n = 8 + fx_below(&seed, 600), dp = 2 + fx_below(&seed, 12);
     uint64_t cap = 256 + fx_below(&seed, 4096);
     uint32_t lens[640], order[640];
-    /* Zero-length rows (cost 0) in a third of the batches: a walk's last
-     * column made of them once spun forever looking for its target. */
-    uint32_t zeros = fx_below(&seed, 3) == 0 ? 1 + fx_below(&seed, 3) : 0;
-    for (uint32_t k = 0; k < n; k++)
-      lens[k] =
-          fx_below(&seed, 4) < zeros
-              ? 0
-              : 1 + fx_below(&seed, fx_below(&seed, 4) == 0 ? (uint32_t)cap : (uint32_t)cap / 8);
     fx_t f;
-    fx_init(&f, lens, n, dp, PK_MODE_PADDED, cap);
-    if (fx_below(&seed, 3) == 0)
-      f.cfg.max_seqs = 2 + fx_below(&seed, 8);
-    if (fx_below(&seed, 2) == 0)
-      f.cfg.round = 64;
-    fx_build(&f);
-    fx_size_order(&f, order);
     padded_rows_t rt;
-    assert_int_equal(pk_padded_rows_init(&rt, &f.ctx, order), 0);
-    uint32_t fewest = 0;
-    for (uint32_t i = 0; i < n; i += rt.cap_rows[i])
-      fewest++;
+    uint32_t fewest = random_rows(&seed, n, dp, cap, true, lens, order, &f, &rt);
     uint32_t m = (fewest + dp - 1) / dp + fx_below(&seed, 3);
     m = m < 2 ? 2 : m;
     uint32_t count = m * dp;
