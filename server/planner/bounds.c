@@ -113,25 +113,6 @@ static uint64_t packed_bins_l2(const pk_ctx_t *ctx, const uint32_t *by_size) {
   return best;
 }
 
-/* PACKED with max_seqs: the fewest bins of capacity cap and at most
- * max_seqs items each. Take the t largest items, all above cap / 2: no two
- * share a bin, so they open t bins. The bin of such an item i (room r_i =
- * cap - its size) holds at most q_i others, q_i = min(max_seqs - 1, the
- * most of the smallest items of the batch whose sizes add up to at most
- * r_i: any j other items add up to at least the j smallest), and all
- * those others together fit into the sum of the rooms, so they are at most
- * the most smallest items that sum fits. The items left need bins of
- * max_seqs: t + ceil((n - t - held) / max_seqs) for every t, t = 0 being
- * the count bound. As t grows the rooms grow, so both counts of smallest
- * items move one way: two pointers over the ascending prefix sums, O(n).
- * Where the widest sequences leave little room (RL rollouts cut at the
- * length limit, cap the limit, max_seqs 4) the count bound alone takes
- * every micro-batch as holding max_seqs of them.
- *
- * Both counts of held items above let every room take the same smallest
- * items; slots_held (below) counts them as distinct items, and is taken at
- * t = all items above cap / 2, where it is largest (see there). */
-
 /* The most items of the batch that the rooms r_0 <= ... <= r_{t-1} of the t
  * wide items (all above cap / 2) can hold, at most q_i in room i: a bin
  * holding c others, sorted by size descending a_1 >= ... >= a_c, has
@@ -181,6 +162,24 @@ static uint64_t slots_held(const pk_ctx_t *ctx, const uint32_t *by_size, const u
   return held;
 }
 
+/* PACKED with max_seqs: the fewest bins of capacity cap and at most
+ * max_seqs items each. Take the t largest items, all above cap / 2: no two
+ * share a bin, so they open t bins. The bin of such an item i (room r_i =
+ * cap - its size) holds at most q_i others, q_i = min(max_seqs - 1, the
+ * most of the smallest items of the batch whose sizes add up to at most
+ * r_i: any j other items add up to at least the j smallest), and all
+ * those others together fit into the sum of the rooms, so they are at most
+ * the most smallest items that sum fits. The items left need bins of
+ * max_seqs: t + ceil((n - t - held) / max_seqs) for every t, t = 0 being
+ * the count bound. As t grows the rooms grow, so both counts of smallest
+ * items move one way: two pointers over the ascending prefix sums, O(n).
+ * Where the widest sequences leave little room (RL rollouts cut at the
+ * length limit, cap the limit, max_seqs 4) the count bound alone takes
+ * every micro-batch as holding max_seqs of them.
+ *
+ * Both counts of held items above let every room take the same smallest
+ * items; slots_held (above) counts them as distinct items, and is taken at
+ * t = all items above cap / 2, where it is largest (see there). */
 static uint64_t packed_count_bound(const pk_ctx_t *ctx, const uint32_t *by_size) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
