@@ -4,7 +4,8 @@ program over the same batch, solved with HiGHS (scipy.optimize.milp).
 
     bench/planner/padded_exact.py LENGTHS --dp 8 --max-tokens 32768
         [--round 128] [--max-seqs N] [--time-limit 300] [--grid 1.003]
-        [--model auto|runs|classes] [--packctl build/client/c/packctl] [--seed S]
+        [--model auto|runs|classes] [--relax none|counts|lp]
+        [--packctl build/client/c/packctl] [--seed S]
 
 It plans the batch with `packctl plan --local --mode padded` (AUTO), then
 searches every plan with the same micro-batch count per rank (M) for the
@@ -38,6 +39,16 @@ count); see solve_classes. It solves batches of any n (its size follows
 the distinct widths), but HiGHS proves less within a time limit there: on
 tiny batches both give the brute force's optimum
 (tests/python/test_padded_exact.py).
+
+Relaxations (--relax) show where a bound's strength comes from: "counts"
+lets the micro-batch counts be fractions but keeps the column counts C_k
+integers (what the column levels force: the stair), "lp" relaxes both.
+Each proves a lower bound and finds no plan; lp takes seconds, counts
+minutes (branch and bound over the column counts). Where lp stays at the
+planner's printed bound and counts reaches the program's optimum, what
+lifts the least step cost above the printed bound is that the column
+counts are whole numbers for every cost at once: the planner's stair
+bound (server/planner/bounds_stair.c) forces them one cost at a time.
 """
 
 import argparse
@@ -79,6 +90,14 @@ def step_of(costs, dp):
     return sum(costs[j] for j in range(0, len(costs), dp))
 
 
+def plan_efficiency(costs, dp):
+    """Lock-step efficiency of a plan with these micro-batch costs dealt
+    in tiers of dp (as the planner's stats): the mean cost per rank over
+    the step cost."""
+    step = step_of(costs, dp)
+    return sum(costs) / dp / step if step > 0 else 1.0
+
+
 def _thresholds(cost, grid_ratio):
     """The thresholds g_0 < g_1 < ...: the distinct costs where they are
     fewer than the geometric grid's points, else that grid; and each cost's
@@ -93,13 +112,21 @@ def _thresholds(cost, grid_ratio):
     return grid, np.searchsorted(grid, cost, side="right") - 1
 
 
-def _solve_program(cost, x_ub, model_rows, dp, m, grid_ratio, time_limit):
+RELAXATIONS = ("none", "counts", "lp")
+
+
+def _solve_program(cost, x_ub, model_rows, dp, m, grid_ratio, time_limit, relax="none"):
     """The threshold program over nx count variables x (x_i micro-batches
     of cost cost[i], at most x_ub[i]) with the model's own constraints
     (model_rows(add) adds them over columns 0 .. nx - 1): at most m x dp
     micro-batches, N_k = those costing g_k or more, C_k >= N_k / dp
     integer and non-increasing, minimise sum_k (g_k - g_{k-1}) C_k.
+    relax "counts" lets the x be fractions (the C_k stay integers), "lp"
+    lets every variable be one: each gives a lower bound on the program's
+    optimum, and so on every plan's step cost, but no plan.
     Returns (scipy result, x rounded or None, thresholds)."""
+    if relax not in RELAXATIONS:
+        raise ValueError(f"relax {relax!r}: must be one of {', '.join(RELAXATIONS)}")
     import numpy as np
     from scipy.optimize import Bounds, LinearConstraint, milp
     from scipy.sparse import coo_matrix
@@ -131,15 +158,17 @@ def _solve_program(cost, x_ub, model_rows, dp, m, grid_ratio, time_limit):
     obj = np.zeros(nv)
     obj[nx + g:] = grid - np.concatenate([[0.0], grid[:-1]])
     integral = np.zeros(nv)
-    integral[:nx] = 1
-    integral[nx + g:] = 1
+    if relax == "none":
+        integral[:nx] = 1
+    if relax != "lp":
+        integral[nx + g:] = 1
     ub = np.full(nv, np.inf)
     ub[:nx] = x_ub
     ub[nx + g:] = m
     res = milp(obj, constraints=LinearConstraint(a, lo, hi), integrality=integral,
                bounds=Bounds(np.zeros(nv), ub),
                options={"time_limit": time_limit, "mip_rel_gap": 1e-5})
-    x = None if res.x is None else [int(round(v)) for v in res.x[:nx]]
+    x = None if res.x is None or relax != "none" else [int(round(v)) for v in res.x[:nx]]
     return res, x, grid
 
 
@@ -164,13 +193,15 @@ def _check_widths(width, cap):
 
 
 def solve(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic=1.0 / 24576,
-          grid_ratio=1.003, time_limit=300.0, log=None):
+          grid_ratio=1.003, time_limit=300.0, log=None, relax="none"):
     """The runs model for rows of the given padded widths (any order), dp
     ranks and m micro-batches per rank. Returns a dict: dual (a proven lower
     bound on every plan's step cost, None if HiGHS proved none), best (the
     step cost of the best plan found, exact, or None), best_costs (that
     plan's micro-batch costs, descending: column j is positions j x dp ..),
-    optimal (HiGHS proved its optimum), runs, thresholds, seconds, message."""
+    optimal (HiGHS proved its optimum), runs, thresholds, seconds, message.
+    relax: "none" (the program), "counts" or "lp" (_solve_program): with
+    a relaxation, dual is its bound and best None."""
     import numpy as np
 
     _check_widths(width, cap)
@@ -195,12 +226,12 @@ def solve(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic=1.0 / 2
             f"runs; HiGHS for up to {time_limit:.0f} s ...")
     t0 = time.time()
     res, x, grid = _solve_program(cost, np.ones(len(runs)), cover_every_row, dp, m, grid_ratio,
-                                  time_limit)
+                                  time_limit, relax)
     return _result(res, x, cost, dp, m, t0, runs=len(runs), thresholds=len(grid))
 
 
 def solve_classes(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic=1.0 / 24576,
-                  grid_ratio=1.003, time_limit=300.0, log=None):
+                  grid_ratio=1.003, time_limit=300.0, log=None, relax="none"):
     """The same program over width classes, for any n: rows of one padded
     width are alike, so a plan is a count y(d, r) of micro-batches of r rows
     whose widest row is of class d (cost r x c(w_d), r x w_d within the cap
@@ -239,7 +270,7 @@ def solve_classes(width, dp, m, cap, max_seqs=0, cost_linear=1.0, cost_quadratic
             f"rank; {len(types)} micro-batch types; HiGHS for up to {time_limit:.0f} s ...")
     t0 = time.time()
     res, x, grid = _solve_program(cost, np.full(len(types), np.inf), heads_and_hall, dp, m,
-                                  grid_ratio, time_limit)
+                                  grid_ratio, time_limit, relax)
     return _result(res, x, cost, dp, m, t0, types=len(types), thresholds=len(grid))
 
 
@@ -259,6 +290,10 @@ def main():
                     help="runs: one variable per run of the width order (n up to a few "
                          "thousand); classes: counts per width class and row count (any n); "
                          "auto: runs up to 1024 rows, else classes")
+    ap.add_argument("--relax", choices=list(RELAXATIONS), default="none",
+                    help="none: the program; counts: micro-batch counts may be fractions "
+                         "(column counts stay integers); lp: every variable may be one. A "
+                         "relaxation proves a (weaker) bound fast and finds no plan")
     ap.add_argument("--packctl", default=str(REPO / "build" / "client" / "c" / "packctl"))
     args = ap.parse_args()
     if not args.grid > 1:
@@ -276,21 +311,24 @@ def main():
     try:
         r = solver(width, args.dp, int(stats["microBatchesPerRank"]), args.max_tokens, args.max_seqs,
                    args.cost_linear, args.cost_quadratic, args.grid, args.time_limit,
-                   log=lambda msg: print(msg, file=sys.stderr, flush=True))
+                   log=lambda msg: print(msg, file=sys.stderr, flush=True), relax=args.relax)
     except ValueError as e:
         sys.exit(f"padded_exact: {e}")
     plan, printed = float(stats["stepCost"]), float(stats["stepCostLowerBound"])
-    print(f"plan step cost (packctl AUTO)        {plan:.1f}")
+    print(f"plan step cost (packctl AUTO)        {plan:.1f}  (lock-step efficiency "
+          f"{float(stats['lockstepEfficiency']):.4f})")
     print(f"planner's printed lower bound        {printed:.1f}  (plan / bound {plan / printed:.4f})")
     if r["dual"] is not None:
-        print(f"proven lower bound (HiGHS, {r['seconds']:.0f} s)  {r['dual']:.1f}  "
+        what = "proven lower bound" if args.relax == "none" else f"{args.relax} relaxation's bound"
+        print(f"{what} (HiGHS, {r['seconds']:.0f} s)".ljust(36) + f" {r['dual']:.1f}  "
               f"(plan / bound {plan / r['dual']:.4f}; bound / printed {r['dual'] / printed:.4f})")
     if r["best"] is not None:
-        print(f"best plan found by HiGHS             {r['best']:.1f}  (plan / it {plan / r['best']:.4f})")
         costs = r["best_costs"]
+        print(f"best plan found by HiGHS             {r['best']:.1f}  (plan / it {plan / r['best']:.4f}; "
+              f"lock-step efficiency {plan_efficiency(costs, args.dp):.4f})")
         print("its column levels                    "
               + ", ".join(f"{costs[j]:.0f}" for j in range(0, len(costs), args.dp)))
-    print(f"model: {model}; status: {r['message']}")
+    print(f"model: {model}; relax: {args.relax}; status: {r['message']}")
 
 
 if __name__ == "__main__":

@@ -15,13 +15,16 @@
  * not fit dp runs. The packing's step cost is exact: its run costs sorted
  * descending, the sum of every dp-th (the deal of deal_groups).
  *
- * The search is a pattern search over the levels, from the packing's own
- * (its tier tops): each level in turn is raised and lowered by a factor
- * (8 % down to 0.5 %, up to three sweeps each), a change kept when the step
- * cost falls, the levels then set to the costliest run each column got.
- * Raising an upper level lets its column take wide rows that waste little
- * at it, and the last column falls; where exact solvers find better plans
- * than runs at one target, they have this shape (bench/planner/README.md).
+ * The search is a pattern search over the levels, from two starts: the
+ * packing's own levels (its tier tops) and every upper level at the first
+ * one's (the level the widest rows force). Each level in turn is raised
+ * and lowered by a factor (8 % down to 0.5 %, up to three sweeps each), a
+ * change kept when the step cost falls, the levels then set to the
+ * costliest run each column got. Raising an upper level lets its column
+ * take wide rows that waste little at it, and the last column falls; where
+ * exact solvers find better plans than runs at one target, they have this
+ * shape (bench/planner/README.md). The first start's search gets the
+ * caller's work budget, the second's half as much again.
  *
  * Rows of one width and cap (a class) open runs of one length at a given
  * level, so a walk moves in batches (first row, rows per run, runs, cost):
@@ -318,6 +321,56 @@ static void expand(const run_batch_t *batch, uint32_t nbatch, padded_group_t *ru
           (padded_group_t){batch[b].first + q * batch[b].rows, batch[b].rows, batch[b].cost};
 }
 
+/* The best walk so far: its step cost (-1: none) and batches. */
+typedef struct level_best {
+  double step;
+  run_batch_t *batch;
+  uint32_t nbatch;
+} level_best_t;
+
+/* Keeps the last walk (step cost v) where it beats the best. */
+static bool keep_if_better(const level_walk_t *w, double v, level_best_t *b) {
+  if (v < 0 || (b->step >= 0 && v >= b->step * (1 - 1e-9)))
+    return false;
+  b->step = v;
+  b->nbatch = w->nbatch;
+  memcpy(b->batch, w->batch, w->nbatch * sizeof *b->batch);
+  return true;
+}
+
+/* The pattern search from `level` (a walk's levels, tightened; cur its
+ * step cost), for at most walks_max walks and until the work reaches
+ * work_max: each level raised and lowered by each step in turn, a move
+ * kept (and the levels tightened) when the step cost falls. */
+static void pattern_search(level_walk_t *w, double *level, double *trial, double cur,
+                           level_best_t *best, uint32_t walks_max, uint64_t work_max) {
+  uint32_t m1 = w->m1, walks = 0;
+  for (size_t s = 0; s < sizeof level_steps / sizeof *level_steps; s++) {
+    for (int sweep = 0; sweep < LEVEL_SWEEPS; sweep++) {
+      bool improved = false;
+      for (uint32_t j = 0; j < m1; j++) {
+        for (int dir = 0; dir < 2; dir++) {
+          if (walks >= walks_max || w->ops >= work_max)
+            return;
+          walks++;
+          memcpy(trial, level, m1 * sizeof *trial);
+          trial[j] *= dir == 0 ? 1 + level_steps[s] : 1 - level_steps[s];
+          double v = walk(w, trial);
+          if (v >= 0 && v < cur * (1 - 1e-9)) {
+            cur = v;
+            improved = true;
+            tighten(w, trial);
+            memcpy(level, trial, m1 * sizeof *level);
+            keep_if_better(w, v, best);
+          }
+        }
+      }
+      if (!improved)
+        break;
+    }
+  }
+}
+
 int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t m, uint32_t dp,
                          uint64_t work) {
   uint32_t n = rt->n, count = m * dp, m1 = m - 1;
@@ -330,6 +383,7 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
   uint32_t *tmp = pk_malloc_array(count, sizeof *tmp);
   double *level = pk_malloc_array(m1, sizeof *level);
   double *trial = pk_malloc_array(m1, sizeof *trial);
+  double *top = pk_malloc_array(m1, sizeof *top);
   run_batch_t *best_batch = pk_malloc_array(room, sizeof *best_batch);
   w.inv = pk_malloc_array(n, sizeof *w.inv);
   w.prefix = pk_malloc_array((size_t)n + 1, sizeof *w.prefix);
@@ -340,9 +394,10 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
   w.order = pk_malloc_array(room, sizeof *w.order);
   w.order_tmp = pk_malloc_array(room, sizeof *w.order_tmp);
   w.col_max = pk_malloc_array((size_t)m1 + 1, sizeof *w.col_max);
-  if (idx == NULL || tmp == NULL || level == NULL || trial == NULL || best_batch == NULL ||
-      w.inv == NULL || w.prefix == NULL || w.left == NULL || w.rows == NULL || w.waste == NULL ||
-      w.batch == NULL || w.order == NULL || w.order_tmp == NULL || w.col_max == NULL)
+  if (idx == NULL || tmp == NULL || level == NULL || trial == NULL || top == NULL ||
+      best_batch == NULL || w.inv == NULL || w.prefix == NULL || w.left == NULL || w.rows == NULL ||
+      w.waste == NULL || w.batch == NULL || w.order == NULL || w.order_tmp == NULL ||
+      w.col_max == NULL)
     goto done;
   rc = PK_EPRECOND;
   w.prefix[0] = 0;
@@ -362,47 +417,34 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
     start += runs[idx[(size_t)j * dp]].cost;
   for (uint32_t j = 0; j < m1; j++)
     level[j] = runs[idx[(size_t)j * dp]].cost;
-  double best = -1;
-  for (int tries = 0; best < 0 && tries < 64 && w.ops < work; tries++) {
+  double first = -1;
+  for (int tries = 0; first < 0 && tries < 64 && w.ops < work; tries++) {
     if (tries > 0)
       for (uint32_t j = 0; j < m1; j++)
         level[j] *= 1.002;
-    best = walk(&w, level);
+    first = walk(&w, level);
   }
-  if (best < 0)
+  level_best_t best = {.step = -1, .batch = best_batch};
+  if (!keep_if_better(&w, first, &best))
     goto done;
   tighten(&w, level);
-  uint32_t best_n = w.nbatch;
-  memcpy(best_batch, w.batch, best_n * sizeof *best_batch);
-  uint32_t walks = 0;
-  for (size_t s = 0; s < sizeof level_steps / sizeof *level_steps; s++) {
-    for (int sweep = 0; sweep < LEVEL_SWEEPS; sweep++) {
-      bool improved = false;
-      for (uint32_t j = 0; j < m1; j++) {
-        for (int dir = 0; dir < 2; dir++) {
-          if (walks >= LEVEL_WALKS_MAX || w.ops >= work)
-            goto out;
-          walks++;
-          memcpy(trial, level, m1 * sizeof *trial);
-          trial[j] *= dir == 0 ? 1 + level_steps[s] : 1 - level_steps[s];
-          double v = walk(&w, trial);
-          if (v >= 0 && v < best * (1 - 1e-9)) {
-            best = v;
-            improved = true;
-            tighten(&w, trial);
-            memcpy(level, trial, m1 * sizeof *level);
-            best_n = w.nbatch;
-            memcpy(best_batch, w.batch, best_n * sizeof *best_batch);
-          }
-        }
-      }
-      if (!improved)
-        break;
-    }
+  /* The second start: every upper column at the first one's level (the
+   * widest rows force that level anyway; exact solvers' better plans
+   * often fill the upper columns up to it and let the last ones fall). */
+  for (uint32_t j = 0; j < m1; j++)
+    top[j] = level[0];
+  double second = walk(&w, top);
+  if (second >= 0) {
+    tighten(&w, top);
+    keep_if_better(&w, second, &best);
   }
-out:
-  if (best < start * (1 - 1e-9)) {
-    expand(best_batch, best_n, runs);
+  /* The pattern search from each start: the first within the caller's
+   * work, the second within half as much again (and half the walks). */
+  pattern_search(&w, level, trial, first, &best, LEVEL_WALKS_MAX, work);
+  if (second >= 0)
+    pattern_search(&w, top, trial, second, &best, LEVEL_WALKS_MAX / 2, w.ops + work / 2);
+  if (best.step < start * (1 - 1e-9)) {
+    expand(best.batch, best.nbatch, runs);
     rc = 0;
   }
 done:
@@ -410,6 +452,7 @@ done:
   free(tmp);
   free(level);
   free(trial);
+  free(top);
   free(best_batch);
   free(w.inv);
   free(w.prefix);

@@ -114,3 +114,51 @@ def test_command_line_classes_model(tmp_path):
     plan = float(text.split("plan step cost (packctl AUTO)")[1].split()[0])
     proven = float(text.split("proven lower bound")[1].split(")")[1].split()[0])
     assert proven <= plan * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("model", ["runs", "classes"])
+@pytest.mark.parametrize("seed", range(3))
+def test_relaxations_bound_the_optimum(seed, model):
+    """The relaxations prove bounds in order: lp <= counts <= the program's
+    optimum (= the brute force's), and find no plan."""
+    rng = random.Random(200 + seed)
+    width = [128 * rng.randint(1, 16) for _ in range(7)]
+    truth = brute_force_step(width, 2, 2, 4096)
+    solver = padded_exact.solve if model == "runs" else padded_exact.solve_classes
+    lp = solver(width, 2, 2, 4096, time_limit=60, relax="lp")
+    counts = solver(width, 2, 2, 4096, time_limit=60, relax="counts")
+    assert lp["best"] is None and counts["best"] is None
+    assert lp["dual"] <= counts["dual"] * (1 + 1e-9)
+    assert counts["dual"] <= truth * (1 + 1e-9)
+    # Nothing is free: with 7 rows on 4 micro-batches, the LP's fractions
+    # undercut the whole-row optimum.
+    assert lp["dual"] < truth
+
+
+def test_unknown_relaxation_is_an_error():
+    with pytest.raises(ValueError, match="relax 'half'"):
+        padded_exact.solve([128, 256], 1, 1, 1024, relax="half")
+
+
+def test_plan_efficiency():
+    """Two ranks, costs dealt in tiers: columns 10 and 4, mean per rank 12."""
+    assert padded_exact.plan_efficiency([10, 8, 4, 2], 2) == pytest.approx(12 / 14)
+    assert padded_exact.plan_efficiency([0, 0], 2) == 1.0
+
+
+def test_command_line_relaxation(tmp_path):
+    """--relax counts prints the relaxation's bound, at or below the plan,
+    and no best plan; the plan's own efficiency is printed too."""
+    assert PACKCTL.is_file(), f"packctl not built at {PACKCTL}"
+    lengths = tmp_path / "lengths.txt"
+    lengths.write_text("".join(f"{x}\n" for x in [3000, 2900, 1200, 1100, 1000, 500, 400, 300]))
+    out = subprocess.run(["/usr/bin/python3", str(SCRIPT), str(lengths), "--dp", "2",
+                          "--max-tokens", "4096", "--relax", "counts", "--time-limit", "60",
+                          "--packctl", str(PACKCTL)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert "relax: counts" in text and "best plan found" not in text
+    assert "lock-step efficiency" in text
+    plan = float(text.split("plan step cost (packctl AUTO)")[1].split()[0])
+    bound = float(text.split("counts relaxation's bound")[1].split(")")[1].split()[0])
+    assert 0 < bound <= plan * (1 + 1e-9)
