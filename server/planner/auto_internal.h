@@ -202,9 +202,8 @@ int pk_padded_halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_
  * where one gives runs with a lower step cost than `runs` (costs sorted
  * descending, the sum of every dp-th), the best replace `runs` (0, in no
  * particular order). PK_EPRECOND: none found (runs unchanged); PK_ENOMEM.
- * `work` bounds the walks from the first start, half as much again those
- * from the second (about one unit per level read, batch of runs or class
- * counted). */
+ * `work` bounds the walks (about one unit per level read, batch of runs
+ * or class counted). */
 int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t m, uint32_t dp,
                          uint64_t work);
 

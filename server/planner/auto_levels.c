@@ -23,8 +23,9 @@
  * costliest run each column got. Raising an upper level lets its column
  * take wide rows that waste little at it, and the last column falls; where
  * exact solvers find better plans than runs at one target, they have this
- * shape (bench/planner/README.md). The first start's search gets the
- * caller's work budget, the second's half as much again.
+ * shape (bench/planner/README.md). The search starts from the start whose
+ * walk costs less, within the caller's work budget; the other start gets
+ * the budget that search leaves (at most half the walks).
  *
  * Rows of one width and cap (a class) open runs of one length at a given
  * level, so a walk moves in batches (first row, rows per run, runs, cost):
@@ -39,7 +40,7 @@
 /* Pattern steps, from the coarsest, and the sweeps per step. */
 static const double level_steps[] = {0.08, 0.04, 0.02, 0.01, 0.005};
 #define LEVEL_SWEEPS 3
-/* At most this many walks, whatever the work budget. */
+/* At most this many walks from one start, whatever the work budget. */
 #define LEVEL_WALKS_MAX 400u
 
 /* `runs` runs of `rows` rows each, the q-th opening at first + q x rows,
@@ -146,10 +147,10 @@ static uint32_t tail_runs(level_walk_t *w, uint32_t from, double t, uint32_t lim
 }
 
 /* The least target (to a relative 1e-5) at which the rows [from, n) make
- * at most dp runs, or -1 where none does: a bisection from the mean cost
- * per run, bracketed by steps of 1 % from the previous walk's target
- * (walks next to each other cut their last columns alike), else by
- * doubling. */
+ * at most dp runs, or -1 where none does: a bisection, bracketed by steps
+ * from the previous walk's target that start at 1 % and double (walks
+ * next to each other cut their last columns alike), else by doubling
+ * from the mean cost per run. */
 static double tail_target(level_walk_t *w, uint32_t from) {
   const padded_rows_t *rt = w->rt;
   uint32_t dp = w->dp;
@@ -163,10 +164,11 @@ static double tail_target(level_walk_t *w, uint32_t from) {
   if (!(hi > 0))
     hi = 1;
   if (tail_runs(w, from, hi, dp, false) <= dp) {
-    /* Down by 1 % a few times; the bisection covers the rest. */
-    double down = hi;
-    for (int k = 0; k < 8; k++) {
-      down *= 0.99;
+    /* Down by 1 %, 2 %, 4 %, ... (at most half) until the rows no longer
+     * fit or the mean is reached. */
+    double fall = 0.01;
+    for (;;) {
+      double down = hi * (1 - fall);
       if (down <= lo)
         break;
       if (tail_runs(w, from, down, dp, false) > dp) {
@@ -174,16 +176,20 @@ static double tail_target(level_walk_t *w, uint32_t from) {
         break;
       }
       hi = down;
+      fall = PK_MIN(fall * 2, 0.5);
     }
   } else {
-    double step = w->tail_t > 0 ? 1.01 : 2;
+    /* Up by 1 %, 2 %, 4 %, ... from the previous walk's target, or
+     * doubling from the mean. */
+    double rise = w->tail_t > 0 ? 0.01 : 1;
     for (;;) {
       lo = hi;
-      hi = PK_MIN(hi * step, never);
+      hi = PK_MIN(hi * (1 + rise), never);
       if (tail_runs(w, from, hi, dp, false) <= dp)
         break;
       if (hi >= never)
         return -1;
+      rise *= 2;
     }
   }
   for (int k = 0; k < 64 && hi - lo > hi * 1e-5; k++) {
@@ -438,11 +444,18 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
     tighten(&w, top);
     keep_if_better(&w, second, &best);
   }
-  /* The pattern search from each start: the first within the caller's
-   * work, the second within half as much again (and half the walks). */
-  pattern_search(&w, level, trial, first, &best, LEVEL_WALKS_MAX, work);
-  if (second >= 0)
-    pattern_search(&w, top, trial, second, &best, LEVEL_WALKS_MAX / 2, w.ops + work / 2);
+  /* The pattern search from the start with the cheaper walk first; the
+   * other gets the work it leaves. */
+  double *a = level, *b = top, va = first, vb = second;
+  if (second >= 0 && second < first) {
+    a = top;
+    b = level;
+    va = second;
+    vb = first;
+  }
+  pattern_search(&w, a, trial, va, &best, LEVEL_WALKS_MAX, work);
+  if (vb >= 0)
+    pattern_search(&w, b, trial, vb, &best, LEVEL_WALKS_MAX / 2, work);
   if (best.step < start * (1 - 1e-9)) {
     expand(best.batch, best.nbatch, runs);
     rc = 0;
