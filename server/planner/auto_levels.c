@@ -16,8 +16,8 @@
  * descending, the sum of every dp-th (the deal of deal_groups).
  *
  * The search is a pattern search over the levels, from two starts: the
- * packing's own levels (its tier tops) and every upper level at the first
- * one's (the level the widest rows force). Each level in turn is raised
+ * packing's own levels (its tier tops) and every upper level at the
+ * highest of them (the level the widest rows force). Each level in turn is raised
  * and lowered by a factor (8 % down to 0.5 %, up to three sweeps each), a
  * change kept when the step cost falls, the levels then set to the
  * costliest run each column got. Raising an upper level lets its column
@@ -434,11 +434,14 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
   if (!keep_if_better(&w, first, &best))
     goto done;
   tighten(&w, level);
-  /* The second start: every upper column at the first one's level (the
-   * widest rows force that level anyway; exact solvers' better plans
-   * often fill the upper columns up to it and let the last ones fall). */
+  /* The second start: every upper column at the highest level (the
+   * widest rows force it anyway; exact solvers' better plans often fill
+   * the upper columns up to it and let the last ones fall). */
+  double highest = 0;
   for (uint32_t j = 0; j < m1; j++)
-    top[j] = level[0];
+    highest = PK_MAX(highest, level[j]);
+  for (uint32_t j = 0; j < m1; j++)
+    top[j] = highest;
   double second = walk(&w, top);
   if (second >= 0) {
     tighten(&w, top);
