@@ -99,17 +99,23 @@ def test_bad_grid_is_an_error(tmp_path):
     assert out.returncode != 0 and "--grid 1.0: must be > 1" in out.stderr
 
 
-def test_command_line_classes_model(tmp_path):
-    """--model classes reaches solve_classes from the command line, and its
-    proven bound lies at or below the planner's plan."""
+def run_eight_rows(tmp_path, *flags):
+    """The command line on eight rows, DP 2, cap 4096, with extra flags;
+    returns its output (the run must succeed)."""
     assert PACKCTL.is_file(), f"packctl not built at {PACKCTL}"
     lengths = tmp_path / "lengths.txt"
     lengths.write_text("".join(f"{x}\n" for x in [3000, 2900, 1200, 1100, 1000, 500, 400, 300]))
     out = subprocess.run(["/usr/bin/python3", str(SCRIPT), str(lengths), "--dp", "2",
-                          "--max-tokens", "4096", "--model", "classes", "--time-limit", "60",
-                          "--packctl", str(PACKCTL)], capture_output=True, text=True, timeout=120)
+                          "--max-tokens", "4096", "--time-limit", "60", "--packctl", str(PACKCTL),
+                          *flags], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    text = out.stdout
+    return out.stdout
+
+
+def test_command_line_classes_model(tmp_path):
+    """--model classes reaches solve_classes from the command line, and its
+    proven bound lies at or below the planner's plan."""
+    text = run_eight_rows(tmp_path, "--model", "classes")
     assert "model: classes" in text and "Optimal" in text
     plan = float(text.split("plan step cost (packctl AUTO)")[1].split()[0])
     proven = float(text.split("proven lower bound")[1].split(")")[1].split()[0])
@@ -149,14 +155,7 @@ def test_plan_efficiency():
 def test_command_line_relaxation(tmp_path):
     """--relax counts prints the relaxation's bound, at or below the plan,
     and no best plan; the plan's own efficiency is printed too."""
-    assert PACKCTL.is_file(), f"packctl not built at {PACKCTL}"
-    lengths = tmp_path / "lengths.txt"
-    lengths.write_text("".join(f"{x}\n" for x in [3000, 2900, 1200, 1100, 1000, 500, 400, 300]))
-    out = subprocess.run(["/usr/bin/python3", str(SCRIPT), str(lengths), "--dp", "2",
-                          "--max-tokens", "4096", "--relax", "counts", "--time-limit", "60",
-                          "--packctl", str(PACKCTL)], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    text = out.stdout
+    text = run_eight_rows(tmp_path, "--relax", "counts")
     assert "relax: counts" in text and "best plan found" not in text
     assert "lock-step efficiency" in text
     plan = float(text.split("plan step cost (packctl AUTO)")[1].split()[0])
