@@ -43,8 +43,9 @@ tiny batches both give the brute force's optimum
 Relaxations (--relax) show where a bound's strength comes from: "counts"
 lets the micro-batch counts be fractions but keeps the column counts C_k
 integers (what the column levels force: the stair), "lp" relaxes both.
-Each proves a lower bound and finds no plan; lp takes seconds, counts
-minutes (branch and bound over the column counts). Where lp stays at the
+Each proves a lower bound and finds no plan; lp mostly takes seconds
+(0 to 142 s on the bench's PADDED misses), counts minutes (branch and
+bound over the column counts). Where lp stays at the
 planner's printed bound and counts reaches the program's optimum, what
 lifts the least step cost above the printed bound is that the column
 counts are whole numbers for every cost at once: the planner's stair
@@ -122,7 +123,7 @@ def _solve_program(cost, x_ub, model_rows, dp, m, grid_ratio, time_limit, relax=
     micro-batches, N_k = those costing g_k or more, C_k >= N_k / dp
     integer and non-increasing, minimise sum_k (g_k - g_{k-1}) C_k.
     relax "counts" lets the x be fractions (the C_k stay integers), "lp"
-    lets every variable be one: each gives a lower bound on the program's
+    lets every variable be a fraction: each gives a lower bound on the program's
     optimum, and so on every plan's step cost, but no plan.
     Returns (scipy result, x rounded or None, thresholds)."""
     if relax not in RELAXATIONS:
@@ -292,7 +293,7 @@ def main():
                          "auto: runs up to 1024 rows, else classes")
     ap.add_argument("--relax", choices=list(RELAXATIONS), default="none",
                     help="none: the program; counts: micro-batch counts may be fractions "
-                         "(column counts stay integers); lp: every variable may be one. A "
+                         "(column counts stay integers); lp: every variable may be a fraction. A "
                          "relaxation proves a (weaker) bound fast and finds no plan")
     ap.add_argument("--packctl", default=str(REPO / "build" / "client" / "c" / "packctl"))
     args = ap.parse_args()
