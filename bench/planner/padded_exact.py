@@ -123,8 +123,8 @@ def _solve_program(cost, x_ub, model_rows, dp, m, grid_ratio, time_limit, relax=
     micro-batches, N_k = those costing g_k or more, C_k >= N_k / dp
     integer and non-increasing, minimise sum_k (g_k - g_{k-1}) C_k.
     relax "counts" lets the x be fractions (the C_k stay integers), "lp"
-    lets every variable be a fraction: each gives a lower bound on the program's
-    optimum, and so on every plan's step cost, but no plan.
+    lets every variable be a fraction: each gives a lower bound on the
+    program's optimum, and so on every plan's step cost, but no plan.
     Returns (scipy result, x rounded or None, thresholds)."""
     if relax not in RELAXATIONS:
         raise ValueError(f"relax {relax!r}: must be one of {', '.join(RELAXATIONS)}")
@@ -294,7 +294,7 @@ def main():
     ap.add_argument("--relax", choices=list(RELAXATIONS), default="none",
                     help="none: the program; counts: micro-batch counts may be fractions "
                          "(column counts stay integers); lp: every variable may be a fraction. A "
-                         "relaxation proves a (weaker) bound fast and finds no plan")
+                         "relaxation proves a (weaker) bound and finds no plan")
     ap.add_argument("--packctl", default=str(REPO / "build" / "client" / "c" / "packctl"))
     args = ap.parse_args()
     if not args.grid > 1:
