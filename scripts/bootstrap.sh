@@ -19,7 +19,7 @@ PACKAGES=(
   # Tests: cmocka for C, pytest with Debian's grpcio/protobuf/numpy for Python.
   libcmocka-dev protobuf-compiler protobuf-compiler-grpc
   python3 python3-grpcio python3-protobuf python3-pytest python3-numpy python3-scipy
-  python3-prometheus-client python3-venv python3-pip
+  python3-prometheus-client python3-venv python3-pip python3-hypothesis
   # torch (CPU build): packd.gpu on torch tensors (tests/python/test_gpu_torch.py).
   python3-torch
   # Small tools used by the tests and scripts.

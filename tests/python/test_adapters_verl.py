@@ -1,6 +1,6 @@
 """packd.verl on random batches: verl's shapes and meaning, a hard token
-cap, and balance at least as good as verl's (research/algorithms.md 1.1-1.3
-and the section 8 figures)."""
+cap, and balance at least as good as verl's (Karmarkar-Karp with equal
+counts on the 24576*L + L**2 workload), on the rollout workload below."""
 
 import heapq
 import math
@@ -25,7 +25,7 @@ def client():
 
 
 def rollout_lengths(rng, n):
-    """The section 8 workload: prompt U[64, 1024] + response
+    """A GRPO rollout workload: prompt U[64, 1024] + response
     lognormal(ln 1500, 1) capped at 16384."""
     return rng.integers(64, 1025, size=n) + np.minimum(rng.lognormal(np.log(1500), 1.0, size=n).astype(np.int64), 16384)
 
@@ -48,8 +48,8 @@ def workload(lengths):
 
 def reference_kk_equal(values, k):
     """Karmarkar-Karp largest differencing with equal counts, written from
-    the description in research/algorithms.md 1.1 (the comparison baseline
-    for verl's _balance_batch). Returns k lists of indices."""
+    the algorithm's description (the comparison baseline for verl's
+    _balance_batch). Returns k lists of indices."""
     n = len(values)
     assert n % k == 0
     order = sorted(range(n), key=lambda i: (values[i], i))
@@ -103,7 +103,9 @@ def test_balance_batch_is_verl_shaped(client, k):
         assert idx.dtype == np.int64 and idx.shape == (n,)
         assert np.array_equal(np.sort(idx), np.arange(n)), "every index exactly once"
         parts = chunks(idx, k)
-        assert metrics["global_seqlen/max"] == max(int(lengths[p].sum()) for p in parts)
+        assert metrics["global_seqlen/balanced_max"] == max(int(lengths[p].sum()) for p in parts)
+        before = [int(lengths[p].sum()) for p in np.split(np.arange(n), k)]
+        assert metrics["global_seqlen/max"] == max(before), "verl logs the spread before balancing"
         # Heavy in the middle of each rank's chunk (verl's layout).
         w = workload(lengths)
         for p in parts:
@@ -132,7 +134,9 @@ def test_balance_is_no_worse_than_kk_equal(client, k):
         assert ours - 1 <= max(ref - 1, 1e-4), (n, ours, ref)
 
 
-SECTION8 = {  # k: (verl work max/mean, verl tokens max/mean), research/algorithms.md section 8
+# verl's figures on rollout_lengths(rng, 4096): k -> (work max/mean, tokens
+# max/mean) of its Karmarkar-Karp balance, as measured with verl's code.
+SECTION8 = {
     8: (1.0000, 1.00006),
     64: (1.0000, 1.0023),
     512: (1.288, 1.163),
@@ -209,10 +213,11 @@ def test_rearrange_refuses_a_sequence_over_the_cap(client):
 
 
 def test_controller_step_meets_section8_micro_batching(client):
-    """verl's flow at DP 8, cap 32768 on the section 8 workload: balance on
+    """verl's flow at DP 8, cap 32768 on the rollout workload: balance on
     the controller, then every rank splits its chunk with the same count.
     verl's own code put 227 of 416 micro-batches over the cap (52 per
-    rank); packd puts none over, with no more micro-batches."""
+    rank, measured with verl's rearrange_micro_batches on this batch);
+    packd puts none over, with no more micro-batches."""
     rng = np.random.default_rng(1)
     lengths = rollout_lengths(rng, 4096)
     k, cap = 8, 32768

@@ -1,154 +1,301 @@
-"""Drop-in replacements for verl's batch balancing and dynamic batching.
+"""verl's sequence balancing, planned by packd.
 
-verl (research/algorithms.md section 1) calls, on the single controller,
-``RayPPOTrainer._balance_batch`` (Karmarkar-Karp with equal counts on
-``24576*L + L**2``) and, on every worker, ``rearrange_micro_batches``
-(count = ceil(sum / max_token_len), then KK on the workload, with no check
-that a micro-batch stays under the cap). The functions here take the same
-inputs and return the same outputs, planned by packd:
+Every function verl's trainer, actors, critics, reward model and engines
+import from ``verl.utils.seqlen_balancing`` is here under its verl name,
+with verl's argument names, defaults and return types, and accepting what
+verl passes: a DataProto, a TensorDict with a padded ``attention_mask`` or a
+nested (jagged) ``input_ids``, tensors on any device, plain dicts. The one
+line a verl user adds::
 
-- ``balance_batch(batch_or_attention_mask, world_size)`` returns the global
-  reorder index (and reorders a DataProto in place like verl does). Rank r
-  gets the r-th chunk of n/world_size sequences, heavy sequences in the
-  middle of each chunk as verl lays them out.
-- ``rearrange_micro_batches(batch, max_token_len, ...)`` returns
-  ``(micro_batches, micro_bsz_idx)``; every micro-batch holds at most
-  ``max_token_len`` tokens (a hard cap: a sequence that cannot fit alone
-  raises packd.FailedPrecondition naming it).
-- ``get_reverse_idx`` and ``restore_dynamic_batch`` put outputs back in
-  input order.
+    import packd.verl; packd.verl.patch()
 
-Differences from verl are listed in docs/python.md ("verl").
+replaces them in verl (``patch`` below); ``handle.undo()`` puts verl's back.
+
+Behaviour differs from verl only where packd is better by design (the
+differences table in docs/python.md): a micro-batch never holds more than
+``max_token_len`` tokens (verl sizes the count by ``ceil(sum / cap)`` and
+does not check the cap); the count is never above verl's where a packing at
+verl's count fits; balance is the planner's (lock-step aware) instead of
+Karmarkar-Karp.
 """
 
 from __future__ import annotations
 
+import copy
+from itertools import chain
+
 import numpy as np
 
-from ._adapt import default_client, heavy_middle, lengths_of, take, workload
+from . import _patch
+from ._adapt import (
+    default_client,
+    device_of,
+    dp_max,
+    heavy_middle,
+    host_values,
+    lengths_of,
+    select_rows,
+    select_value,
+    workload,
+)
+from ._arrays import is_torch
 
-__all__ = ["balance_batch", "rearrange_micro_batches", "get_reverse_idx", "restore_dynamic_batch", "balance_metrics"]
+__all__ = [
+    "calculate_workload",
+    "ceildiv",
+    "roundup_divisible",
+    "get_seqlen_balanced_partitions",
+    "get_group_balanced_partitions",
+    "log_seqlen_unbalance",
+    "rearrange_micro_batches",
+    "prepare_dynamic_batch",
+    "restore_dynamic_batch",
+    "get_reverse_idx",
+    "balance_batch",
+    "balance_metrics",
+    "patch",
+]
+
+# The planner takes uint32 lengths and lays a micro-batch out with int32
+# cu_seqlens, so the numbers partitioned as lengths must sum below 2**31.
+_INT32_MAX = (1 << 31) - 1
 
 
-def balance_metrics(lengths, partitions, prefix: str = "global_seqlen") -> dict:
-    """The token figures verl logs for a balanced batch (min, max, diff of
-    per-rank token sums, and their mean), computed on ``partitions``."""
-    lengths = np.asarray(lengths)
-    sums = np.array([lengths[np.asarray(p, dtype=np.int64)].sum() for p in partitions], dtype=np.int64)
+def calculate_workload(seqlen_list):
+    """verl's FLOPs proxy ``24576 * L + L**2``, in the kind given (tensor,
+    array or list -> array)."""
+    if is_torch(seqlen_list):
+        return 24576 * seqlen_list + seqlen_list**2
+    return workload(np.asarray(seqlen_list))
+
+
+def ceildiv(a: int, b: int) -> int:
+    """ceil(a / b) for integers."""
+    return -(a // -b)
+
+
+def roundup_divisible(a: int, b: int) -> int:
+    """The least multiple of b that is >= a."""
+    return ((a + b - 1) // b) * b
+
+
+def _plan_values(values: np.ndarray, k: int, equal_size: bool, client, groups=None, **kw):
+    """Partitions of arbitrary non-negative numbers over k ranks, planned by
+    packd with the cost of an item equal to its value (linear 1, quadratic
+    0, no cap). Fractional values, or values summing past int32, are scaled
+    to integers first: each partition's sum moves by at most half a unit per
+    item, a relative n / 2**32 of the total at worst."""
+    total = float(values.sum())
+    if total > _INT32_MAX or np.any(np.mod(values, 1) != 0):
+        scale = _INT32_MAX / total if total > 0 else 1.0
+        units = np.floor(values * scale + 0.5).astype(np.int64)
+    else:
+        units = values.astype(np.int64)
+    client = client or default_client()
+    best, best_max = None, None
+    # AUTO balances lock-step micro-batch slots; with one slot per rank and
+    # no cap this is plain number partitioning, where Karmarkar-Karp
+    # sometimes ends a few 1e-4 lower. Both are planned and the lower
+    # largest sum is kept, so the result is never worse than verl's.
+    for algo in ("auto", "kk_equal" if equal_size else "kk"):
+        plan = client.plan(units, groups=groups, dp=k, equal_count=bool(equal_size), dp_balance=algo,
+                           linear=1.0, quadratic=0.0, **kw)
+        parts = [np.asarray(r.seqs, dtype=np.int64) for r in plan]
+        top = max(float(values[p].sum()) for p in parts)
+        if best is None or top < best_max:
+            best, best_max = parts, top
+    return best
+
+
+def _fill_empty(parts: list, values: np.ndarray) -> list:
+    """No partition left empty (verl's contract) when there are at least as
+    many items as partitions: the lightest item of the partition with the
+    most items moves to each empty one."""
+    parts = [list(map(int, p)) for p in parts]
+    for p in parts:
+        if p:
+            continue
+        donor = max(parts, key=len)
+        if len(donor) < 2:
+            break
+        j = min(donor, key=lambda i: (values[i], i))
+        donor.remove(j)
+        p.append(j)
+    return parts
+
+
+def get_seqlen_balanced_partitions(seqlen_list, k_partitions: int, equal_size: bool, *, client=None):
+    """``k_partitions`` lists of indices into ``seqlen_list`` (numbers: verl
+    passes workloads) whose sums are balanced; each list sorted, none
+    empty, every index once; with ``equal_size`` every list has
+    ``len / k`` items. ValueError where verl asserts (fewer items than
+    partitions, a size not divisible with ``equal_size``)."""
+    values = host_values(seqlen_list, "seqlen_list")
+    n, k = int(values.size), int(k_partitions)
+    if k < 1:
+        raise ValueError(f"k_partitions: must be >= 1, got {k_partitions}")
+    if n < k:
+        raise ValueError(f"seqlen_list: {n} items cannot fill k_partitions={k} partitions")
+    if equal_size and n % k:
+        raise ValueError(f"seqlen_list: {n} items do not divide into k_partitions={k} equal partitions")
+    parts = _fill_empty(_plan_values(values, k, equal_size, client), values)
+    return [sorted(p) for p in parts]
+
+
+def get_group_balanced_partitions(seqlen_list, uid_list, k_partitions: int, *, client=None):
+    """k lists of sample indices, balanced by verl's workload, that keep all
+    samples of one uid in one list (verl's PrefixGrouper balancing). Samples
+    share a group when their uids are equal, wherever they sit in the batch
+    (verl groups runs of equal adjacent uids only). Every list has the same
+    number of groups when the groups are of one size (rollout.n)."""
+    lengths = lengths_of(host_values(seqlen_list, "seqlen_list"), "seqlen_list")
+    uids = list(uid_list.tolist() if hasattr(uid_list, "tolist") else uid_list)
+    if len(uids) != lengths.size:
+        raise ValueError(f"uid_list: {len(uids)} uids for {lengths.size} sequences")
+    ids: dict = {}
+    gid = np.array([ids.setdefault(u, len(ids)) for u in uids], dtype=np.int64)
+    k = int(k_partitions)
+    if len(ids) < k:
+        raise ValueError(f"uid_list: {len(ids)} uid groups cannot fill k_partitions={k} partitions")
+    sizes = np.bincount(gid)
+    client = client or default_client()
+    plan = client.plan(
+        lengths, groups=gid, dp=k, groups_on_rank=True, equal_count=bool(np.all(sizes == sizes[0]))
+    )
+    return [sorted(map(int, r.seqs)) for r in plan]
+
+
+def log_seqlen_unbalance(seqlen_list, partitions, prefix):
+    """verl's balance figures: ``{prefix}/min``, ``/max``, ``/minmax_diff``
+    are the token sums of the batch cut into equal contiguous chunks as it
+    came (before balancing), ``/balanced_min`` and ``/balanced_max`` those of
+    ``partitions``, ``/mean`` the total over the number of partitions."""
+    lengths = host_values(seqlen_list, "seqlen_list")
+    k = len(partitions)
+    if k == 0:
+        raise ValueError("partitions: expected at least one partition")
+    size = max(1, lengths.size // k)
+    before = [lengths[o : o + size].sum() for o in range(0, lengths.size, size)] or [0.0]
+    after = [lengths[np.asarray(list(p), dtype=np.int64)].sum() for p in partitions]
+    as_int = np.all(np.mod(lengths, 1) == 0)
+    num = (lambda v: int(v)) if as_int else (lambda v: float(v))
     return {
-        f"{prefix}/min": int(sums.min()),
-        f"{prefix}/max": int(sums.max()),
-        f"{prefix}/minmax_diff": int(sums.max() - sums.min()),
-        f"{prefix}/balanced_min": int(sums.min()),
-        f"{prefix}/balanced_max": int(sums.max()),
-        f"{prefix}/mean": float(sums.mean()),
+        f"{prefix}/min": num(min(before)),
+        f"{prefix}/max": num(max(before)),
+        f"{prefix}/minmax_diff": num(max(before) - min(before)),
+        f"{prefix}/balanced_min": num(min(after)),
+        f"{prefix}/balanced_max": num(max(after)),
+        f"{prefix}/mean": float(lengths.sum()) / k,
     }
 
 
+def balance_metrics(lengths, partitions, prefix: str = "global_seqlen") -> dict:
+    """``log_seqlen_unbalance`` under packd's older name."""
+    return log_seqlen_unbalance(lengths, partitions, prefix)
+
+
 def balance_batch(
-    batch_or_attention_mask,
-    world_size: int,
-    *,
+    batch,
+    world_size: int | None = None,
     metrics: dict | None = None,
     logging_prefix: str = "global_seqlen",
-    equal_size: bool = True,
     keep_minibatch: bool = False,
+    *,
+    dp_size: int | None = None,
     mini_batch_size: int | None = None,
+    uid=None,
+    equal_size: bool = True,
     client=None,
     dp_balance: str = "auto",
     intra_order: str = "heavy_middle",
     **plan_kwargs,
 ) -> np.ndarray:
-    """Reorders a batch so that DP ranks get balanced work (verl
-    ``_balance_batch``).
+    """The trainer's ``_balance_batch`` as a function: reorders ``batch`` so
+    that the DP ranks (``world_size``, or ``dp_size`` as verl's trainer
+    names it) get balanced work; the dispatcher then cuts it into equal
+    chunks.
 
-    batch_or_attention_mask: a verl DataProto (``batch["attention_mask"]``;
-    reordered in place with ``reorder`` like verl does), a TensorDict/dict
-    with ``attention_mask``, an attention mask [B, S] or lengths [B].
-    world_size: the actor's DP size. keep_minibatch: balance every
-    ``mini_batch_size`` slice on its own (rank r's chunk then holds its part
-    of every mini-batch, in mini-batch order). intra_order: "heavy_middle"
-    (verl's order inside a rank) or "plan" (packd's run order).
+    batch: a DataProto (reordered in place with ``reorder``, like verl), a
+    TensorDict or dict with ``attention_mask``, a mask [B, S] or lengths [B].
+    keep_minibatch: balance every ``mini_batch_size`` slice on its own (the
+    whole batch is one slice when it is not given). uid: one id per sample
+    (default: the DataProto's ``non_tensor_batch["uid"]`` when
+    ``use_prefix_grouper`` is asked for through ``uid=True``): every uid
+    group stays on one rank, in input order (verl's PrefixGrouper path).
+    intra_order: "heavy_middle" (verl's order inside a rank) or "plan".
 
-    Returns the reorder index (int64 [B]): position p of the reordered batch
-    is sequence ``idx[p]`` of the input. If ``metrics`` is a dict, verl's
-    token figures are added to it."""
-    lengths = lengths_of(batch_or_attention_mask)
-    n = lengths.size
-    mini = 1
-    if keep_minibatch:
-        if not mini_batch_size or n % int(mini_batch_size):
-            raise ValueError(f"mini_batch_size: must divide the batch size {n} with keep_minibatch, got {mini_batch_size}")
-        mini = n // int(mini_batch_size)
+    Returns the reorder index (int64 [B]). If ``metrics`` is a dict, verl's
+    figures (``log_seqlen_unbalance``) are added to it."""
+    k = int(dp_size or world_size or 0)
+    if k < 1:
+        raise ValueError(f"world_size: the DP size must be >= 1, got {world_size if dp_size is None else dp_size}")
+    if intra_order not in ("heavy_middle", "plan"):
+        raise ValueError(f"intra_order: expected 'heavy_middle' or 'plan', got {intra_order!r}")
+    lengths = lengths_of(batch)
+    n = int(lengths.size)
     client = client or default_client()
-    plan = client.plan(lengths, dp=world_size, equal_count=equal_size, dp_balance=dp_balance,
-                       mini_batches=mini, **plan_kwargs)
-    w = workload(lengths)
-    parts = []
-    for rank in plan:
-        if intra_order == "plan":
-            parts.append(np.asarray(rank.seqs))
-        elif intra_order == "heavy_middle":
-            parts.append(np.concatenate([heavy_middle(np.asarray(m.seqs), w) for m in rank.mini_batches])
-                         if rank.mini_batches else np.zeros(0, np.int64))
-        else:
-            raise ValueError(f"intra_order: expected 'heavy_middle' or 'plan', got {intra_order!r}")
+    if uid is True:
+        uid = getattr(batch, "non_tensor_batch", {}).get("uid")
+        if uid is None:
+            raise ValueError("uid: True asks for the batch's non_tensor_batch['uid'], which it does not have")
+    if uid is not None and uid is not False:
+        parts = [np.asarray(p, dtype=np.int64) for p in get_group_balanced_partitions(lengths, uid, k, client=client)]
+    else:
+        mini = 1
+        if keep_minibatch and mini_batch_size:
+            if n % int(mini_batch_size):
+                raise ValueError(f"mini_batch_size: {mini_batch_size} does not divide the batch size {n}")
+            mini = n // int(mini_batch_size)
+        plan = client.plan(lengths, dp=k, equal_count=equal_size, dp_balance=dp_balance, mini_batches=mini,
+                           **plan_kwargs)
+        w = workload(lengths)
+        parts = []
+        for rank in plan:
+            if intra_order == "plan":
+                parts.append(np.asarray(rank.seqs, dtype=np.int64))
+            else:
+                pieces = [heavy_middle(np.asarray(m.seqs, dtype=np.int64), w) for m in rank.mini_batches]
+                parts.append(np.concatenate(pieces) if pieces else np.zeros(0, np.int64))
     idx = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
     if metrics is not None:
-        metrics.update(balance_metrics(lengths, parts, logging_prefix))
-    if hasattr(batch_or_attention_mask, "reorder"):
+        metrics.update(log_seqlen_unbalance(lengths, parts, logging_prefix))
+    if hasattr(batch, "reorder"):
         try:
             import torch
 
-            batch_or_attention_mask.reorder(torch.from_numpy(idx))
+            batch.reorder(torch.from_numpy(idx))
         except ImportError:
-            batch_or_attention_mask.reorder(idx)
+            batch.reorder(idx)
     return idx
-
-
-def _dp_max(count: int, dp_group) -> int:
-    """verl's all-reduce MAX of the micro-batch count over the DP group,
-    when torch.distributed is initialised; else the count itself."""
-    try:
-        import torch
-        import torch.distributed as dist
-    except ImportError:
-        return count
-    if not dist.is_available() or not dist.is_initialized():
-        return count
-    t = torch.tensor([count], dtype=torch.int64)
-    if dist.get_backend(dp_group) == "nccl":
-        t = t.cuda()
-    dist.all_reduce(t, op=dist.ReduceOp.MAX, group=dp_group)
-    return int(t.item())
 
 
 def rearrange_micro_batches(
     batch,
-    max_token_len: int,
+    max_token_len,
     dp_group=None,
-    num_batches_divided_by: int | None = None,
-    same_micro_num_in_dp: bool = True,
-    min_num_micro_batch: int | None = None,
-    use_dynamic_bsz_balance: bool = True,
+    num_batches_divided_by=None,
+    same_micro_num_in_dp=True,
+    min_num_micro_batch=None,
+    use_dynamic_bsz_balance=True,
     *,
     client=None,
     micro_algo: str = "auto",
     **plan_kwargs,
 ):
-    """Splits one rank's batch into micro-batches of at most
-    ``max_token_len`` tokens (verl ``rearrange_micro_batches``, same
-    arguments and outputs).
+    """One rank's batch cut into micro-batches of at most ``max_token_len``
+    tokens (a hard cap: a sequence that cannot fit alone raises
+    packd.FailedPrecondition naming it).
 
-    batch: a TensorDict/dict with ``attention_mask`` (micro-batches are
-    ``batch[idx]``), an attention mask [B, S] or lengths [B] (micro-batches
-    are the rows / lengths). Returns ``(micro_batches, micro_bsz_idx)``
-    where ``micro_bsz_idx`` is a list of index lists. The count is at least
-    ``min_num_micro_batch``, a multiple of ``num_batches_divided_by`` and,
-    with ``same_micro_num_in_dp`` under torch.distributed, the largest over
-    ``dp_group`` (re-planned, so the cap still holds). With
-    ``use_dynamic_bsz_balance`` heavy micro-batches sit in the middle
-    (verl's order), else packd's order (heaviest first)."""
+    batch: a TensorDict or dict with ``attention_mask`` or a nested
+    ``input_ids`` (tensors on any device), a DataProto, a mask or lengths.
+    Returns ``(micro_batches, micro_bsz_idx)``: the micro-batches in the
+    batch's own kind and on its device, and their index lists. The count is
+    the least that fits, at least ``min_num_micro_batch``, a multiple of
+    ``num_batches_divided_by``, and with ``same_micro_num_in_dp`` under
+    torch.distributed the largest over ``dp_group`` (every rank re-plans at
+    that count, so the cap still holds). ``use_dynamic_bsz_balance``: light
+    micro-batches at both ends and heavy ones in the middle (verl's order),
+    else heaviest first."""
     lengths = lengths_of(batch)
     client = client or default_client()
     order = "heavy_middle" if use_dynamic_bsz_balance else "cost_desc"
@@ -158,48 +305,110 @@ def rearrange_micro_batches(
     plan = client.plan(lengths, **kw)
     count = len(plan[0])
     if same_micro_num_in_dp:
-        target = _dp_max(count, dp_group)
+        target = dp_max(count, dp_group, device_of(batch))
         if target > count:
             kw["min_micro_batches"] = target
             plan = client.plan(lengths, **kw)
     micro_bsz_idx = [m.seqs.tolist() for m in plan[0].micro_batches]
-    micro_batches = [take(batch if _is_container(batch) else _rows(batch), np.asarray(i, dtype=np.int64))
-                     for i in micro_bsz_idx]
+    inner = batch.batch if hasattr(batch, "batch") and hasattr(batch, "non_tensor_batch") else batch
+    micro_batches = [select_rows(inner, np.asarray(i, dtype=np.int64)) for i in micro_bsz_idx]
     return micro_batches, micro_bsz_idx
 
 
-def _is_container(batch) -> bool:
-    return hasattr(batch, "batch") or (hasattr(batch, "keys") and "attention_mask" in batch)
+def prepare_dynamic_batch(
+    data,
+    max_token_len,
+    dp_group=None,
+    num_batches_divided_by=None,
+    same_micro_num_in_dp=True,
+    min_num_micro_batch=None,
+    use_dynamic_bsz_balance=True,
+    **kwargs,
+):
+    """A DataProto cut into micro-DataProtos of at most ``max_token_len``
+    tokens: ``(micro_batches, batch_idx_list)``. Each micro-batch carries
+    its rows of the tensors and non-tensor fields and a copy of
+    ``meta_info``. Given a TensorDict or dict instead, the micro-batches are
+    of that kind (``rearrange_micro_batches``)."""
+    micro, idx_list = rearrange_micro_batches(
+        data,
+        max_token_len=max_token_len,
+        dp_group=dp_group,
+        num_batches_divided_by=num_batches_divided_by,
+        same_micro_num_in_dp=same_micro_num_in_dp,
+        min_num_micro_batch=min_num_micro_batch,
+        use_dynamic_bsz_balance=use_dynamic_bsz_balance,
+        **kwargs,
+    )
+    if not (hasattr(data, "non_tensor_batch") and hasattr(data, "meta_info")):
+        return micro, idx_list
+    out = []
+    for mb, idx in zip(micro, idx_list):
+        rows = np.asarray(idx, dtype=np.int64)
+        non_tensors = {key: select_value(value, rows) for key, value in data.non_tensor_batch.items()}
+        tensors = {key: mb[key] for key in mb.keys()}
+        out.append(type(data).from_dict(tensors, non_tensors, meta_info=copy.deepcopy(data.meta_info)))
+    return out, idx_list
 
 
-def _rows(batch):
-    if isinstance(batch, (list, tuple)):
-        return np.asarray(batch)
-    return batch
-
-
-def get_reverse_idx(idx_map) -> list:
-    """The inverse permutation of a flat index list: ``rev[idx_map[p]] = p``
-    (verl ``get_reverse_idx``)."""
-    idx = np.asarray(list(idx_map), dtype=np.int64)
+def get_reverse_idx(idx_map):
+    """The inverse of an index map, as a list: ``rev[idx_map[i]] = i``.
+    ValueError when idx_map is not a permutation of range(len)."""
+    idx = np.fromiter((int(i) for i in idx_map), dtype=np.int64)
+    n = idx.size
+    if n and (idx.min() < 0 or idx.max() >= n or np.unique(idx).size != n):
+        raise ValueError(f"idx_map: expected a permutation of range({n})")
     rev = np.empty_like(idx)
-    rev[idx] = np.arange(idx.size, dtype=np.int64)
+    rev[idx] = np.arange(n, dtype=np.int64)
     return rev.tolist()
 
 
-def restore_dynamic_batch(data, micro_bsz_idx):
-    """Outputs concatenated in micro-batch order back to input order (verl
-    ``restore_dynamic_batch``): ``data`` has one row per sequence on axis 0
-    (array, tensor or list), or is the list of per-micro-batch outputs."""
-    flat = [i for mb in micro_bsz_idx for i in mb]
-    if isinstance(data, (list, tuple)) and len(data) == len(micro_bsz_idx) and len(data) != len(flat):
-        from ._arrays import is_torch, to_numpy
+def _rows(data) -> int:
+    if isinstance(data, (list, tuple)):
+        return len(data)
+    if getattr(data, "is_nested", False):
+        return len(data.unbind())
+    return int(data.shape[0])
 
+
+def restore_dynamic_batch(data, batch_idx_list):
+    """Outputs in micro-batch order (rows concatenated over the micro-batches
+    of ``batch_idx_list``) back in input order. ``data``: a tensor (nested
+    too) on any device, an array, a list of rows, or the list of
+    per-micro-batch outputs."""
+    flat = list(chain.from_iterable(batch_idx_list))
+    if isinstance(data, (list, tuple)) and len(data) == len(batch_idx_list) and len(data) != len(flat):
         if data and is_torch(data[0]):
             import torch
 
             data = torch.cat(list(data), dim=0)
         else:
-            data = np.concatenate([to_numpy(d, "data") for d in data], axis=0)
-    rev = np.asarray(get_reverse_idx(flat), dtype=np.int64)
-    return take(data, rev)
+            data = np.concatenate([np.asarray(d) for d in data], axis=0)
+    rows = _rows(data)
+    if rows != len(flat):
+        raise ValueError(f"data: {rows} rows for {len(flat)} indices in batch_idx_list")
+    return select_value(data, np.asarray(get_reverse_idx(flat), dtype=np.int64))
+
+
+# The names verl's modules import from verl.utils.seqlen_balancing that packd
+# plans differently; the helpers with verl's exact behaviour
+# (calculate_workload, ceildiv, roundup_divisible, karmarkar_karp) stay verl's.
+_VERL_TARGETS = (
+    "get_seqlen_balanced_partitions",
+    "get_group_balanced_partitions",
+    "log_seqlen_unbalance",
+    "rearrange_micro_batches",
+    "prepare_dynamic_batch",
+    "restore_dynamic_batch",
+    "get_reverse_idx",
+)
+
+
+def patch():
+    """Replaces verl's balancing and dynamic batching with packd's, in
+    ``verl.utils.seqlen_balancing`` and in every loaded module that imported
+    them by name (the trainer, actors, critics, engines, workers). Logs once
+    what it replaced (logger "packd"); calling it again returns the same
+    handle. Returns a handle whose ``undo()`` restores verl's functions."""
+    g = globals()
+    return _patch.apply("verl", {"verl.utils.seqlen_balancing": {name: g[name] for name in _VERL_TARGETS}})

@@ -1,0 +1,113 @@
+"""Replacing a trainer's functions in place, and putting them back.
+
+A trainer imports its batching functions in two ways: ``import
+mod; mod.f(...)`` reads the module attribute at call time, ``from mod
+import f`` copies the function object into the importing module when it
+loads. Replacing the attribute of ``mod`` covers the first kind and every
+module imported afterwards; the second kind, for modules already loaded,
+needs the copy replaced too. So a patch replaces the attribute and then
+every global of every loaded module that is the very same function object
+(identity, not name: ``from mod import f as g`` is found as well).
+
+Each replacement is recorded with what it replaced, so ``undo()`` restores
+exactly the objects that were there, in reverse order. A patch of the same
+name is applied once per process: a second ``apply`` returns the handle of
+the first (idempotent), and logs nothing.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import threading
+
+__all__ = ["PatchHandle", "apply"]
+
+_log = logging.getLogger("packd")
+_lock = threading.Lock()
+_active: dict = {}
+
+
+class PatchHandle:
+    """What one ``patch()`` replaced; ``undo()`` puts it back. Usable as a
+    context manager (undone on exit)."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.replaced: list = []  # "module.attr" strings, in order
+        self._undo: list = []  # (namespace dict, key, old object)
+        self.active = False
+
+    def undo(self) -> None:
+        """Restores every replaced object. Safe to call twice."""
+        with _lock:
+            if not self.active:
+                return
+            for ns, key, old in reversed(self._undo):
+                ns[key] = old
+            self._undo.clear()
+            self.active = False
+            if _active.get(self.name) is self:
+                del _active[self.name]
+        _log.info("packd: %s functions restored", self.name)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.undo()
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "undone"
+        return f"PatchHandle({self.name!r}, {state}, replaced={self.replaced})"
+
+
+def _set(handle: PatchHandle, ns: dict, key: str, new, label: str) -> None:
+    handle._undo.append((ns, key, ns[key]))
+    ns[key] = new
+    handle.replaced.append(label)
+
+
+def apply(name: str, targets: dict) -> PatchHandle:
+    """Replaces ``targets`` = ``{module name: {attribute: replacement}}``.
+
+    Every module named must import (ImportError says which one did not);
+    every attribute must exist there (AttributeError naming it), so a
+    trainer version that renamed a function fails loudly instead of
+    silently running unpatched. Returns the handle of the active patch."""
+    with _lock:
+        if name in _active:
+            return _active[name]
+        modules = {}
+        for mod_name, attrs in targets.items():
+            try:
+                modules[mod_name] = importlib.import_module(mod_name)
+            except ImportError as exc:
+                raise ImportError(f"packd.{name}.patch(): cannot import {mod_name} ({exc})") from exc
+            for attr in attrs:
+                if not hasattr(modules[mod_name], attr):
+                    raise AttributeError(
+                        f"packd.{name}.patch(): {mod_name} has no attribute {attr!r}; "
+                        f"this {name} version is not supported"
+                    )
+        handle = PatchHandle(name)
+        originals = {}
+        for mod_name, attrs in targets.items():
+            ns = modules[mod_name].__dict__
+            for attr, new in attrs.items():
+                originals[id(ns[attr])] = (ns[attr], new)
+                _set(handle, ns, attr, new, f"{mod_name}.{attr}")
+        # Copies made by `from mod import f` in modules already loaded.
+        for mod_name, mod in list(sys.modules.items()):
+            ns = getattr(mod, "__dict__", None)
+            if not isinstance(ns, dict) or mod_name in targets:
+                continue
+            for key, value in list(ns.items()):
+                hit = originals.get(id(value))
+                if hit is not None and hit[0] is value:
+                    _set(handle, ns, key, hit[1], f"{mod_name}.{key}")
+        handle.active = True
+        _active[name] = handle
+    _log.info("packd: %s functions replaced: %s", name, ", ".join(handle.replaced))
+    return handle
