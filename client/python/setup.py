@@ -3,14 +3,24 @@
 build_py generates the protobuf/gRPC stubs from proto/packd/v1/packd.proto
 into the built package with protoc + grpc_python_plugin (packd/_gen.py), so
 installed packages carry stubs that match the proto they were built from.
-When PACKD_LIB or PACKD_BUILD_DIR names a built libpackd.so, it is copied
-next to the package for the embedded mode (packd.Client.local()); likewise
-libpackd_gpu.so (PACKD_GPU_LIB or $PACKD_BUILD_DIR/gpu) for packd.gpu.
+
+It also puts the native libraries next to the package: libpackd.so (the
+embedded planner, packd.Client.local()) and libpackd_gpu.so (packd.gpu's
+host backend). Where they come from, first match wins:
+1. PACKD_LIB / PACKD_GPU_LIB, or $PACKD_BUILD_DIR/server and /gpu: a build
+   made beforehand is copied;
+2. otherwise the repository's CMake project (the checkout this folder sits
+   in, or PACKD_SOURCE_DIR) is configured and only those two targets are
+   built, in the setuptools build folder; its dependencies are the
+   service's (scripts/bootstrap.sh installs them);
+3. PACKD_NO_NATIVE=1 skips the native build: the package then plans only
+   through a server, or with PACKD_LIB set at run time.
 """
 
 import importlib.util
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 from setuptools import setup
@@ -35,6 +45,39 @@ def _built_library(env, subdir, name):
     return Path(lib) if lib and Path(lib).is_file() else None
 
 
+def _source_dir():
+    """The repository root to build the native libraries from, or None."""
+    env = os.environ.get("PACKD_SOURCE_DIR")
+    root = Path(env) if env else HERE.parents[1]
+    return root if (root / "CMakeLists.txt").is_file() and (root / "server" / "planner").is_dir() else None
+
+
+def _cmake_build(build_temp):
+    """Builds libpackd.so and libpackd_gpu.so with the repository's CMake
+    project; returns {file name: path}. SystemExit with the tool's output
+    when configuring or building fails."""
+    root = _source_dir()
+    if root is None:
+        raise SystemExit(
+            "packd: no repository to build libpackd.so from (looked at "
+            f"{os.environ.get('PACKD_SOURCE_DIR') or HERE.parents[1]}); set PACKD_SOURCE_DIR to the checkout, "
+            "PACKD_BUILD_DIR to a CMake build, or PACKD_NO_NATIVE=1 to install without the embedded planner"
+        )
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise SystemExit("packd: cmake is needed to build libpackd.so (apt-get install cmake, or set PACKD_NO_NATIVE=1)")
+    out = Path(build_temp).resolve() / "packd-native"
+    configure = [cmake, "-S", str(root), "-B", str(out), "-DCMAKE_BUILD_TYPE=RelWithDebInfo",
+                 "-DPK_BUILD_TESTS=OFF", "-DPK_BUILD_BENCH=OFF", "-DPK_GPU_CUDA=OFF"]
+    jobs = str(os.cpu_count() or 1)
+    for cmd in (configure, [cmake, "--build", str(out), "-j", jobs, "--target", "packd", "packd_gpu"]):
+        print("packd:", " ".join(cmd), flush=True)
+        res = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        if res.returncode != 0:
+            raise SystemExit(f"packd: building the native libraries failed:\n{res.stdout[-4000:]}")
+    return {"libpackd.so": out / "server" / "libpackd.so", "libpackd_gpu.so": out / "gpu" / "libpackd_gpu.so"}
+
+
 class BuildPyWithStubs(build_py):
     def run(self):
         super().run()
@@ -46,10 +89,15 @@ class BuildPyWithStubs(build_py):
             # must name the proto folder.
             raise SystemExit("packd: set PACKD_PROTO_DIR to the repository's proto/ folder")
         gen.generate(pkg / "_proto", proto_dir)
-        # The embedded planner and, when built, the GPU agent's library
-        # (packd.gpu) travel with the package.
-        for env, subdir, name in (("PACKD_LIB", "server", "libpackd.so"), ("PACKD_GPU_LIB", "gpu", "libpackd_gpu.so")):
-            lib = _built_library(env, subdir, name)
+        # The embedded planner and the GPU agent's library travel with the
+        # package: from a build made beforehand, else built here.
+        given = {name: _built_library(env, subdir, name)
+                 for env, subdir, name in (("PACKD_LIB", "server", "libpackd.so"),
+                                           ("PACKD_GPU_LIB", "gpu", "libpackd_gpu.so"))}
+        if given["libpackd.so"] is None and os.environ.get("PACKD_NO_NATIVE", "") not in ("1", "true", "yes"):
+            built = _cmake_build(self.get_finalized_command("build").build_temp)
+            given = {name: given[name] or (built[name] if built[name].is_file() else None) for name in given}
+        for name, lib in given.items():
             if lib is not None:
                 shutil.copy2(lib, pkg / name)
 

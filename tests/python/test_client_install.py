@@ -94,3 +94,51 @@ def test_installed_package_runs_the_example(venv, tmp_path):
                          cwd=str(tmp_path), env=clean_env(), timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "restored to input order: OK" in res.stdout
+
+
+def working_tree_copy(dest: Path) -> Path:
+    """The repository's files as a fresh clone of this working tree would
+    have them (tracked and untracked, nothing ignored: no build output)."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
+                           capture_output=True).stdout.decode().split("\0")
+    for rel in filter(None, files):
+        src = REPO / rel
+        if src.is_file():
+            (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(src, dest / rel)
+    return dest
+
+
+@pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs a git checkout")
+def test_plain_pip_install_builds_the_native_planner(tmp_path):
+    """`pip install ./client/python` in a fresh checkout, with no PACKD_*
+    variable anywhere: the build drives the repository's CMake for the
+    planner and GPU libraries, and the installed package plans in-process
+    with no environment variable."""
+    tree = working_tree_copy(tmp_path / "checkout")
+    env_dir = tmp_path / "venv"
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--system-site-packages", str(env_dir)], check=True)
+    py = env_dir / "bin" / "python"
+    res = subprocess.run([str(py), "-m", "pip", "install", "--no-build-isolation", "--no-index", "./client/python"],
+                         cwd=tree, env=clean_env(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1"),
+                         capture_output=True, text=True, timeout=900)
+    assert res.returncode == 0, res.stdout + res.stderr
+    out = run_in(py, """
+import packd, pathlib, sys
+p = pathlib.Path(packd.__file__).resolve().parent
+assert str(p).startswith(sys.prefix), p
+assert (p / "libpackd.so").is_file() and (p / "libpackd_gpu.so").is_file()
+plan = packd.Client.local().plan([61, 69, 75, 85, 81, 82, 79, 77], dp=2, max_tokens=300)
+assert sorted(plan.order().tolist()) == list(range(8))
+print("OK", packd.Client.local().mode)
+""")
+    assert out.startswith("OK")
+    # PACKD_LIB still overrides the copy inside the package.
+    bad = run_in(py, """
+import packd
+try:
+    packd.Client.local()
+except FileNotFoundError as e:
+    print("OK", e)
+""", PACKD_LIB="/nonexistent/libpackd.so")
+    assert "OK" in bad and "/nonexistent/libpackd.so" in bad
