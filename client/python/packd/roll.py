@@ -19,7 +19,6 @@ Differences from ROLL are listed in docs/python.md.
 from __future__ import annotations
 
 import copy
-import os
 
 import numpy as np
 
@@ -49,7 +48,7 @@ def plan_dynamic_batching(
     virtual_pipeline_model_parallel_size: int | None = None,
     *,
     client=None,
-    micro_algo: str = os.environ.get("PACKD_TMP_ALGO", "shared_cuts"),
+    micro_algo: str = "shared_cuts",
     **plan_kwargs,
 ):
     """The plan behind ``dynamic_batching_shard`` without touching any data:
