@@ -126,10 +126,13 @@ void pk_codec_request_from_msg(const Packd__V1__PlanRequest *msg, pk_request_t *
     req->batching.micro_algo = (uint32_t)b->micro_algo;
     req->batching.order = (uint32_t)b->order;
     req->batching.keep_groups = b->keep_groups != 0;
+    req->batching.groups_on_rank = b->groups_on_rank != 0;
   }
   if (msg->cost != NULL) {
     req->cost.linear = msg->cost->linear;
     req->cost.quadratic = msg->cost->quadratic;
+    req->cost.per_sequence = msg->cost->per_sequence;
+    req->cost.per_micro_batch = msg->cost->per_micro_batch;
   }
   if (msg->layout != NULL) {
     req->layout.align = msg->layout->align;

@@ -14,6 +14,8 @@ add_executable(packctl
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_input.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_output.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_svg.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_calibrate.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_fit.c
   ${PK_PACKCTL_REMOTE_SOURCES})
 target_include_directories(packctl PRIVATE ${CMAKE_CURRENT_SOURCE_DIR})
 target_compile_definitions(packctl PRIVATE PK_VERSION="${PK_VERSION}")

@@ -29,6 +29,10 @@ extern "C" {
  * server (--server HOST:PORT). */
 int packctl_cmd_plan(int argc, char **argv);
 
+/* `packctl calibrate` (packctl_calibrate.c): fits the cost model to
+ * measured micro-batch times. */
+int packctl_cmd_calibrate(int argc, char **argv);
+
 /* Remote mode (packctl_remote.c, owned by the client engineer). Sends req to
  * the Planner service at `server` ("HOST:PORT") with a deadline of timeout_s
  * seconds. On success returns 0 and stores a new response in *resp (free it

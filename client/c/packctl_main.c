@@ -17,6 +17,7 @@ static void usage(FILE *f) {
         "  rank-plan  fetch one rank's plan from a server by plan id\n"
         "  health     check a server's health\n"
         "  load       send load to a server\n"
+        "  calibrate  fit the cost model (packd.v1.Cost) to measured micro-batch times\n"
         "\n"
         "Run 'packctl COMMAND --help' for the options of a command.\n",
         f);
@@ -45,6 +46,8 @@ int main(int argc, char **argv) {
     return packctl_cmd_health(argc - 1, argv + 1);
   if (strcmp(cmd, "load") == 0)
     return packctl_cmd_load(argc - 1, argv + 1);
+  if (strcmp(cmd, "calibrate") == 0)
+    return packctl_cmd_calibrate(argc - 1, argv + 1);
   fprintf(stderr, "packctl: unknown command '%s'\n", cmd);
   usage(stderr);
   return PACKCTL_EXIT_USAGE;

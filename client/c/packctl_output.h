@@ -39,6 +39,13 @@ int packctl_write_summary(FILE *f, const Packd__V1__PlanResponse *resp,
 /* Ranks x micro-batches as bars (packctl_svg.c). */
 int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp);
 
+/* SVG helpers (packctl_svg.c), shared with `packctl calibrate`'s picture:
+ * text with the five XML special characters escaped, and the round number
+ * an axis runs to (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 or 10 times a power
+ * of ten, the least at or above max; 1 when max <= 0). */
+void packctl_svg_text(FILE *f, const char *s);
+double packctl_svg_axis(double max);
+
 /* A double as Python's repr() spells it ("0.1", "1e-05", "1500.0"), written
  * into buf (32 bytes are enough). NaN and infinities give "nan", "inf",
  * "-inf". */

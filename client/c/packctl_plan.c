@@ -44,11 +44,14 @@ static const field_flag_t field_flags[] = {
     {"micro-batch-size", "batching", "micro_batch_size", "sequences per micro-batch (fixed)"},
     {"min-micro-batches", "batching", "min_micro_batches", "at least this many micro-batches"},
     {"round", "batching", "round", "padded row width multiple"},
-    {"micro-algo", "batching", "micro_algo", "auto|next_fit|ffd|mffd|kk_count|lpt_cap"},
+    {"micro-algo", "batching", "micro_algo", "auto|next_fit|ffd|mffd|kk_count|lpt_cap|shared_cuts"},
     {"order", "batching", "order", "cost_desc|heavy_middle|original"},
     {"keep-groups", "batching", "keep_groups", "[=BOOL] keep a group in one mini-batch"},
-    {"cost-linear", "cost", "linear", "cost = linear*a + quadratic*a^2"},
-    {"cost-quadratic", "cost", "quadratic", "(both 0: 1 and 1/24576)"},
+    {"groups-on-rank", "batching", "groups_on_rank", "[=BOOL] every group on one DP rank"},
+    {"cost-linear", "cost", "linear", "sequence cost = per-sequence + linear*a"},
+    {"cost-quadratic", "cost", "quadratic", "  + quadratic*a^2 (both 0: 1 and 1/24576)"},
+    {"per-sequence", "cost", "per_sequence", "cost of every sequence (0: none)"},
+    {"per-micro-batch", "cost", "per_micro_batch", "cost of every micro-batch (0: none)"},
     {"align", "layout", "align", "alignment A (0: from the parallel layout)"},
     {"pad-multiple", "layout", "pad_multiple", "extra multiple combined with A by lcm"},
     {"total-multiple", "layout", "total_multiple", "packed total multiple per micro-batch"},
@@ -65,6 +68,7 @@ enum {
   OPT_FORMAT,
   OPT_OUT,
   OPT_SAMPLE,
+  OPT_GROUP_SIZE,
   OPT_REQUEST_FILE,
   OPT_SAVE_REQUEST,
   OPT_SAVE_RESPONSE,
@@ -81,6 +85,7 @@ typedef struct plan_opts {
   const char *out;
   bool sample_set;
   uint64_t sample;
+  uint64_t group_size; /* 0: groups as the input gives them. */
   const char *input;
   const char *request_file;
   const char *save_request;
@@ -106,6 +111,7 @@ static void plan_usage(FILE *f) {
         "\n"
         "input and output:\n"
         "  --sample N            a deterministic sample of N sequences (by --seed)\n"
+        "  --group-size N        groups = runs of N consecutive sequences (after --sample)\n"
         "  --request-file FILE   read a binary packd.v1.PlanRequest instead of INPUT\n"
         "  --save-request FILE   write the binary PlanRequest that is sent\n"
         "  --save-response FILE  write the binary PlanResponse that came back\n"
@@ -146,7 +152,7 @@ static bool field_is_bool(const field_flag_t *ff) {
 /* Parses argv into opts; returns PACKCTL_EXIT_OK, or an exit status after
  * printing a message (help prints and returns -1 for "done, exit 0"). */
 static int parse_opts(int argc, char **argv, plan_opts_t *o) {
-  static struct option long_opts[N_FIELD_FLAGS + 12];
+  static struct option long_opts[N_FIELD_FLAGS + 16];
   static const struct option fixed[] = {
       {"local", no_argument, NULL, OPT_LOCAL},
       {"server", required_argument, NULL, OPT_SERVER},
@@ -154,6 +160,7 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
       {"format", required_argument, NULL, OPT_FORMAT},
       {"out", required_argument, NULL, OPT_OUT},
       {"sample", required_argument, NULL, OPT_SAMPLE},
+      {"group-size", required_argument, NULL, OPT_GROUP_SIZE},
       {"request-file", required_argument, NULL, OPT_REQUEST_FILE},
       {"save-request", required_argument, NULL, OPT_SAVE_REQUEST},
       {"save-response", required_argument, NULL, OPT_SAVE_RESPONSE},
@@ -220,6 +227,13 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
       if (o->sample == 0)
         return usage_error("--sample: must be at least 1, got '%s'", optarg);
       o->sample_set = true;
+      break;
+    case OPT_GROUP_SIZE:
+      if (packctl_parse_u64(optarg, UINT32_MAX, "--group-size", &o->group_size, err, sizeof err) !=
+          0)
+        return usage_error("%s", err);
+      if (o->group_size == 0)
+        return usage_error("--group-size: must be at least 1, got '%s'", optarg);
       break;
     case OPT_REQUEST_FILE:
       o->request_file = optarg;
@@ -338,6 +352,9 @@ static int run(const plan_opts_t *o) {
     rc = apply_flags(o, req, err, sizeof err);
   if (rc == 0 && o->sample_set)
     rc = packctl_sample(req, (size_t)o->sample, req->seed, err, sizeof err);
+  /* After --sample: the runs are of the sequences that are planned. */
+  if (rc == 0 && o->group_size > 0)
+    rc = packctl_group_runs(req, o->group_size, err, sizeof err);
   if (rc != 0) {
     fprintf(stderr, "packctl plan: %s\n",
             rc == PK_ENOMEM && err[0] == '\0' ? "out of memory" : err);

@@ -343,3 +343,18 @@ int packctl_sample(Packd__V1__PlanRequest *req, size_t count, uint64_t seed, cha
   free(idx);
   return 0;
 }
+
+int packctl_group_runs(Packd__V1__PlanRequest *req, uint64_t size, char *err, size_t errlen) {
+  if (size == 0)
+    return fail(err, errlen, PK_EINVAL, "--group-size: must be at least 1, got 0");
+  size_t n = req->n_lengths;
+  uint64_t *groups = n > 0 ? malloc(n * sizeof *groups) : NULL;
+  if (n > 0 && groups == NULL)
+    return fail(err, errlen, PK_ENOMEM, "--group-size: out of memory");
+  for (size_t i = 0; i < n; i++)
+    groups[i] = (uint64_t)i / size;
+  free(req->groups);
+  req->groups = groups;
+  req->n_groups = n;
+  return 0;
+}

@@ -48,4 +48,9 @@ int packctl_read_request_file(const char *path, Packd__V1__PlanRequest **req, ch
 int packctl_sample(Packd__V1__PlanRequest *req, size_t count, uint64_t seed, char *err,
                    size_t errlen);
 
+/* Sets groups to runs of `size` consecutive sequences (ids 0, 1, ...: the
+ * layout of a GRPO rollout, n responses per prompt), replacing any groups
+ * the input had. PK_EINVAL when size is 0; PK_ENOMEM. */
+int packctl_group_runs(Packd__V1__PlanRequest *req, uint64_t size, char *err, size_t errlen);
+
 #endif

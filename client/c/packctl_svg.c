@@ -26,8 +26,7 @@ static const Packd__V1__MicroBatch *micro_at(const Packd__V1__PlanResponse *resp
   return j < mb->n_micro_batches ? mb->micro_batches[j] : NULL;
 }
 
-/* Writes text with the five XML special characters escaped. */
-static void xml_text(FILE *f, const char *s) {
+void packctl_svg_text(FILE *f, const char *s) {
   for (; s != NULL && *s != '\0'; s++) {
     switch (*s) {
     case '<':
@@ -49,6 +48,20 @@ static void xml_text(FILE *f, const char *s) {
       fputc(*s, f);
     }
   }
+}
+
+double packctl_svg_axis(double max) {
+  double axis = 1;
+  if (max > 0) {
+    static const double steps[] = {1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10};
+    double p10 = pow(10.0, floor(log10(max)));
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
+      axis = steps[k] * p10;
+      if (max <= axis)
+        break;
+    }
+  }
+  return axis;
 }
 
 int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp) {
@@ -75,19 +88,8 @@ int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp) {
     }
     total_slots += slots[m];
   }
-  /* The axis runs to a round number (a step of 1, 1.2, 1.5, ... 10 times a
-   * power of ten), split into five ticks. */
-  double axis = 1;
-  if (max_cost > 0) {
-    static const double steps[] = {1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8, 10};
-    double p10 = pow(10.0, floor(log10(max_cost)));
-    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; k++) {
-      axis = steps[k] * p10;
-      if (max_cost <= axis)
-        break;
-    }
-  }
-  max_cost = axis;
+  /* The axis runs to a round number, split into five ticks. */
+  max_cost = packctl_svg_axis(max_cost);
 
   /* Bar widths shrink with the number of bars, down to one pixel. */
   double bars = (double)(total_slots * (dp == 0 ? 1 : dp));
@@ -114,7 +116,7 @@ int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp) {
         f);
   fprintf(f, "<rect width=\"%.0f\" height=\"%.0f\" fill=\"white\"/>\n", width, height);
   fputs("<text x=\"12\" y=\"22\" font-size=\"15\" font-weight=\"bold\">packd plan ", f);
-  xml_text(f, resp->plan_id);
+  packctl_svg_text(f, resp->plan_id);
   fputs("</text>\n", f);
   fprintf(f,
           "<text x=\"12\" y=\"42\">%u sequences, %zu DP ranks, %zu mini-batch%s, %u "

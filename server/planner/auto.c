@@ -494,6 +494,9 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       goto done;
     goto deal;
   }
+  /* The exact search's steps, shared by every count it is tried at. */
+  pk_exact_budget_t exact = {.steps = PK_EXACT_STEPS};
+  uint32_t exact_m = 0;    /* The last count it was tried at (0: none). */
   uint32_t ffd_m = 0;      /* 0: not probed yet. */
   uint32_t complete_m = 0; /* The count completion needed (max_seqs). */
   /* The bisection's ends: the last count that failed, the least that fit
@@ -511,6 +514,10 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
     s.m = m;
     if (cfg->equal_count) {
       rc = pk_auto_pack_tiers(&s, order);
+      if (rc == PK_EPRECOND) {
+        exact_m = m;
+        rc = pk_auto_exact(&s, order, m, &exact);
+      }
     } else if ((double)total_size > 0.99 * (double)m * dp * (double)cfg->cap) {
       /* Nearly full: first fit decreasing, the tightest packer here, goes
        * first; when it fails the column packings (less tight) are not
@@ -548,8 +555,29 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
           if (repaired)
             ffd_m = m = fit;
         }
+        /* Still above the bound: the exact search (small batches), from
+         * the bound up while it proves counts infeasible. Its packing is
+         * in columns already. */
+        bool exact_found = false;
+        for (uint32_t c = bound; c < m && !exact_found; c += cfg->group) {
+          pk_exact_budget_t before = exact;
+          exact_m = c;
+          rc = pk_auto_exact(&s, order, c, &exact);
+          if (rc == PK_ENOMEM) {
+            pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
+            goto done;
+          }
+          exact_found = rc == 0;
+          /* Not run (a large batch), or out of steps: no count above. */
+          if (exact.runs == before.runs || exact.exhausted != before.exhausted)
+            break;
+        }
+        if (exact_found) {
+          repaired = true;
+          ffd_m = m = s.m;
+        }
         s.m = m;
-        rc = pk_auto_bins_finish(&s, order);
+        rc = exact_found ? 0 : pk_auto_bins_finish(&s, order);
       } else {
         rc = m < ffd_m ? PK_EPRECOND : pk_auto_pack_bins_first(&s, order);
       }
@@ -591,7 +619,21 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
           complete_m = UINT32_MAX; /* Not within max_m either. */
         if (rc == 0) {
           complete_m = (uint32_t)pk_round_up((used + dp - 1) / dp, cfg->group);
-          if (complete_m > m + cfg->group && bis_hi == 0) {
+          /* Above m: completion's packing stays in s unless the exact
+           * search (small batches) packs at m, in columns. */
+          bool exact_found = false;
+          if (complete_m > m && exact_m != m) {
+            exact_m = m;
+            int e = pk_auto_exact(&s, order, m, &exact);
+            if (e == PK_ENOMEM) {
+              pk_fail(err, errlen, e, "%u sequences: out of memory", n);
+              goto done;
+            }
+            exact_found = e == 0;
+          }
+          if (exact_found) {
+            rc = 0;
+          } else if (complete_m > m + cfg->group && bis_hi == 0) {
             /* Far above m: first fit, the tightest of the other packings,
              * tells in one pass the count it needs. At or above
              * completion's, no count between fits by them in practice (the
@@ -611,9 +653,17 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
               bis_hi = ffd; /* bis_lo = m below. */
             }
           }
-          s.m = m;
-          rc = complete_m <= m ? pk_auto_bins_finish(&s, order) : PK_EPRECOND;
+          if (!exact_found) {
+            s.m = m;
+            rc = complete_m <= m ? pk_auto_bins_finish(&s, order) : PK_EPRECOND;
+          }
         }
+      }
+      if (rc == PK_EPRECOND && exact_m != m) {
+        /* Every packing above missed m: the exact search (small
+         * batches). */
+        exact_m = m;
+        rc = pk_auto_exact(&s, order, m, &exact);
       }
     }
     if (rc == 0)

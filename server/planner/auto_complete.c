@@ -379,6 +379,9 @@ typedef struct complete_pool {
 } complete_pool_t;
 
 static void complete_pool_free(complete_pool_t *cp) {
+  /* The set first: its level pointers are read from the pool, and GCC 12
+   * at -O3 cannot tell them from the pool's other freed arrays. */
+  set_free(&cp->p.left);
   free(cp->items);
   free(cp->ranks);
   free(cp->p.size);
@@ -386,7 +389,6 @@ static void complete_pool_free(complete_pool_t *cp) {
   free(cp->p.first);
   free(cp->p.taken);
   free(cp->p.le);
-  set_free(&cp->p.left);
 }
 
 static int complete_pool_build(const pk_ctx_t *ctx, const uint32_t *order, complete_pool_t *cp) {

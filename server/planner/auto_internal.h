@@ -150,6 +150,30 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
 int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
                     uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin, uint32_t *count);
 
+/* The exact search (auto_exact.c), PACKED. Steps all the searches of one
+ * mini-batch may take (a step: one option of a bin's set tried, or a bin
+ * closed and the next opened, 25 to 60 ns): a search out of steps costs 4
+ * to 8 ms, and twice as many packed no more batches (auto_exact.c). */
+#define PK_EXACT_STEPS (1u << 17)
+/* The most items of a mini-batch it searches: larger batches reach the
+ * bound greedily (the bench's, from 512 up, all do), and their searches
+ * run out of steps more often (auto_exact.c). */
+#define PK_EXACT_MAX_ITEMS 256u
+
+typedef struct pk_exact_budget {
+  uint64_t steps;     /* Steps left. */
+  uint32_t runs;      /* Searches run. */
+  uint32_t exhausted; /* Searches that ran out of steps. */
+} pk_exact_budget_t;
+
+/* Whether the items fit into m x dp micro-batches (PACKED, at most
+ * PK_EXACT_MAX_ITEMS items; with equal_count and dp > 1 also every
+ * column at one count). 0: s->m = m and s->bins, s->item_bin hold such a
+ * packing in columns (s->bins beyond m x dp untouched). PK_EPRECOND: none
+ * exists, the search ran out of steps (budget->exhausted counts it) or it
+ * does not apply; s unchanged. PK_ENOMEM. Deterministic. */
+int pk_auto_exact(auto_state_t *s, const uint32_t *order, uint32_t m, pk_exact_budget_t *budget);
+
 /* PADDED (auto_padded.c). A run of the width-sorted order: a micro-batch
  * whose widest row is the run's first. */
 typedef struct padded_group {

@@ -21,8 +21,10 @@
 
 /* The most tokens an item may have and still cost at most `slack`
  * (pk_slot_cost inverted, rounded down and kept a hair low, so that a
- * receiver found by it nearly always passes the exact check). */
+ * receiver found by it nearly always passes the exact check). Every item
+ * pays per_sequence first; the token part is inverted on what is left. */
 static uint64_t size_for_cost(const pk_cfg_t *cfg, double slack) {
+  slack -= cfg->seq;
   if (slack <= 0)
     return 0;
   double s = cfg->quad > 0
@@ -228,6 +230,12 @@ static int exchange_once(lower_t *lw, uint32_t x, double need) {
   pk_auto_move_item(s, lw->head, lw->next, p->items[best_last], x);
   pk_auto_move_item(s, lw->head, lw->next, best_a, p->bin);
   partner_load(lw, p, p->bin);
+  /* x can be a partner too (its column's cheapest when the partners were
+   * picked, the costliest since): a stale copy of its items would let a
+   * later exchange move items it no longer holds, past the cap. */
+  for (uint32_t k = 0; k < lw->nparts; k++)
+    if (lw->part[k].bin == x)
+      partner_load(lw, &lw->part[k], x);
   return best_p;
 }
 

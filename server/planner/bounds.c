@@ -5,12 +5,16 @@
  *
  * Both bounds read the items in size-descending order (ctx->by_size when
  * the pipeline sorted them already). Costs are pk_slot_cost of the sizes,
- * so that order is also cost-descending and cost-per-token-descending
- * (cost / size = linear + quadratic * size grows with size). */
+ * so that order is also cost-descending, and the token part of the costs
+ * (pk_token_cost, per_sequence left out) is cost-per-token-descending
+ * (token part / size = linear + quadratic * size grows with size). The
+ * whole cost per token does not: per_sequence weighs most on the smallest
+ * items, so what micro-batches hold is bounded in two parts (see (h) at
+ * pk_step_lower_bound). */
 #include <math.h>
 #include <stdlib.h>
 
-#include "pk_internal.h"
+#include "bounds_internal.h"
 
 /* The work the stair bound (f) may do per call, in elementary steps of its
  * recursion (a few nanoseconds each; a level is budgeted 16 n (k + 1) of
@@ -41,14 +45,6 @@ static const uint32_t *sorted_items(const pk_ctx_t *ctx, uint32_t **owned) {
   return order;
 }
 
-/* PADDED: where the greedy run opened at position i of by ends: a
- * micro-batch whose widest row is w takes pk_padded_cap_rows of them,
- * fewer at the end. */
-static uint32_t run_end(const pk_ctx_t *ctx, const uint32_t *by, uint32_t i) {
-  uint64_t rows = pk_padded_cap_rows(ctx->cfg, ctx->size[by[i]]);
-  return rows >= ctx->n - i ? ctx->n : i + (uint32_t)rows;
-}
-
 /* PADDED: the fewest groups (micro-batches pooled over all ranks) any
  * grouping of the items needs, exactly. A group costs rows x its widest row.
  * Walking the widths in descending order, the widest remaining item opens a
@@ -60,7 +56,7 @@ static uint32_t run_end(const pk_ctx_t *ctx, const uint32_t *by, uint32_t i) {
  * grouping starts like the greedy one; induction on the rest. */
 static uint64_t padded_groups(const pk_ctx_t *ctx, const uint32_t *by_size) {
   uint64_t groups = 0;
-  for (uint32_t i = 0; i < ctx->n; i = run_end(ctx, by_size, i))
+  for (uint32_t i = 0; i < ctx->n; i = pk_run_end(ctx, by_size, i))
     groups++;
   return groups;
 }
@@ -304,11 +300,12 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  *      column of the costliest item). Levels are computed while a work
  *      budget lasts (PK_STAIR_BUDGET). (e) and (f) run only while the
  *      bound is more than 0.5 % below the plan at hand (known_step).
- *  (g) Cost per token bounds what a wide item's room holds: the other items
- *      of a micro-batch with wide item w are at most cap - w tokens and each
- *      at most that size, so they cost at most (cap - w) x D(cap - w), D(r)
- *      the highest cost per token of an item of size <= r; a micro-batch
- *      with no wide item costs at most cap x D(cap / 2) =: h. Distinct
+ *  (g) Cost per token (of token parts, (h)) bounds what a wide item's room
+ *      holds: the other items of a micro-batch with wide item w are at most
+ *      cap - w tokens and each at most that size, so they cost at most
+ *      (cap - w) x D(cap - w), D(r) the highest cost per token of an item
+ *      of size <= r; a micro-batch with no wide item costs at most cap x
+ *      D(cap / 2) =: h. Distinct
  *      micro-batches hold distinct wide items, so k x dp micro-batches hold
  *      at most the largest k x dp of g(w) = c(w) + (cap - w) x D(cap - w)
  *      where above h, and h for the others (density_hold). (c) fills the
@@ -316,6 +313,16 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  *      (g) lowers U_k, and (d)'s H, where the rooms are small. Not in
  *      PADDED mode, where a wide row stands alone (padded_hold counts it
  *      so).
+ *  (h) per_sequence: an item's cost is per_sequence plus its token part,
+ *      and the token part per token grows with size where the whole cost
+ *      per token need not (many small items may hold more per_sequence
+ *      than a few large ones). So the holds of (b), (c), (d), (g) and
+ *      padded_hold are taken over token parts, where their arguments hold,
+ *      and k x dp micro-batches add per_sequence times the most items they
+ *      can hold (items_held: max_seqs each, and the smallest items within
+ *      k x dp x cap tokens). The levels of (a), the totals and (d)'s dp x L
+ *      count whole costs; (e), (f) and the runs hold only need costs that
+ *      grow with size, so they read whole costs too.
  *
  * So step >= sum_{j <= k} l_j + max((C - U_k) / dp, sum_{j > k} l_j) for
  * every k in 0..m; the bound is the largest. k = 0 is the plain bound
@@ -342,12 +349,14 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx) {
  * still let a micro-batch fill the whole cap; a micro-batch of rows of
  * width w holds at most cap / w of them, so runs of the size-descending
  * order bound U_k more tightly where the rows are coarse
- * (padded_runs_sharpen, below). */
+ * (pk_padded_runs_sharpen, bounds_runs.c). */
 static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double *cap_cost,
                         uint32_t m);
-static double padded_runs_sharpen(const pk_ctx_t *ctx, const uint32_t *by, const double *lvl,
-                                  const double *cap_cost, uint32_t m, double total, double best,
-                                  double known_step);
+
+/* Item k's token part: its cost without per_sequence. */
+static inline double token_part(const pk_ctx_t *ctx, uint32_t k) {
+  return pk_token_cost(ctx->cfg, ctx->size[k]);
+}
 
 /* A walk over by[from..n), largest first, taking whole items. */
 typedef struct hold_walk {
@@ -357,30 +366,62 @@ typedef struct hold_walk {
 } hold_walk_t;
 
 /* Takes items while tok_lim tokens and cnt_lim items allow, and returns the
- * most cost that many tokens and items hold: the items taken plus the
- * fitting fraction of the next one, unless the count limit stopped it. */
+ * most token part (token_part) that many tokens and items hold: the items
+ * taken plus the fitting fraction of the next one, unless the count limit
+ * stopped it. Largest first is the order of falling token part per token,
+ * which makes the fractional walk an upper bound; per_sequence is counted
+ * apart (items_held). */
 static double hold_walk_to(const pk_ctx_t *ctx, const uint32_t *by, hold_walk_t *w,
                            uint64_t tok_lim, uint64_t cnt_lim) {
   uint32_t n = ctx->n;
   while (w->at < n && w->tokens + ctx->size[by[w->at]] <= tok_lim && w->at - w->from < cnt_lim) {
     w->tokens += ctx->size[by[w->at]];
-    w->cost += ctx->cost[by[w->at]];
+    w->cost += token_part(ctx, by[w->at]);
     w->at++;
   }
   double held = w->cost;
   if (w->at < n && w->at - w->from < cnt_lim && ctx->size[by[w->at]] > 0 && tok_lim != UINT64_MAX)
-    held += ctx->cost[by[w->at]] * (double)(tok_lim - w->tokens) / (double)ctx->size[by[w->at]];
+    held +=
+        token_part(ctx, by[w->at]) * (double)(tok_lim - w->tokens) / (double)ctx->size[by[w->at]];
   return held;
 }
 
-/* What micro-batches hold when no two items wider than cap / 2 ("wide",
- * by[0 .. wide)) share one ((c) above): one wide item each, the costliest
- * (a costlier wide item in place of another gains at least what the tokens
- * it takes from the narrower items held, as cost per token grows with
- * size), plus the costliest tokens of the narrower items, fractionally, in
- * the room left (at most max_seqs items per micro-batch in all). Reads the
- * wide items from `next` on; the micro-batch count never falls between
- * calls. */
+/* A walk over the items from the smallest (the end of by) on. */
+typedef struct count_walk {
+  uint32_t taken;
+  uint64_t tokens;
+} count_walk_t;
+
+/* The most items `bins` micro-batches hold ((h) at pk_step_lower_bound): at
+ * most max_seqs each, and no more than the smallest items whose sizes add
+ * up to at most bins x cap (any j items add up to at least the j smallest;
+ * a PADDED micro-batch's rows too, rows x width being at least their
+ * sizes). bins never falls between calls. */
+static uint64_t items_held(const pk_ctx_t *ctx, const uint32_t *by, count_walk_t *w,
+                           uint64_t bins) {
+  const pk_cfg_t *cfg = ctx->cfg;
+  uint32_t n = ctx->n;
+  uint64_t most = n;
+  if (cfg->max_seqs != UINT32_MAX && bins < n)
+    most = PK_MIN(most, bins * cfg->max_seqs);
+  if (cfg->cap == UINT64_MAX || bins > UINT64_MAX / cfg->cap)
+    return most;
+  uint64_t lim = bins * cfg->cap;
+  while (w->taken < n && w->tokens + ctx->size[by[n - 1 - w->taken]] <= lim) {
+    w->tokens += ctx->size[by[n - 1 - w->taken]];
+    w->taken++;
+  }
+  return PK_MIN(most, (uint64_t)w->taken);
+}
+
+/* The token part micro-batches hold when no two items wider than cap / 2
+ * ("wide", by[0 .. wide)) share one ((c) above): one wide item each, the
+ * costliest (a costlier wide item in place of another gains at least what
+ * the tokens it takes from the narrower items held, as token part per
+ * token grows with size), plus the costliest tokens of the narrower items,
+ * fractionally, in the room left (at most max_seqs items per micro-batch in
+ * all). Reads the wide items from `next` on; the micro-batch count never
+ * falls between calls. */
 typedef struct wide_walk {
   uint32_t first, next, wide; /* Wide items [first, next) are taken. */
   uint64_t tokens;            /* Their sizes. */
@@ -397,7 +438,7 @@ static double wide_walk_to(const pk_ctx_t *ctx, const uint32_t *by, wide_walk_t 
   const pk_cfg_t *cfg = ctx->cfg;
   while (w->next < w->wide && w->next - w->first < bins) {
     w->tokens += ctx->size[by[w->next]];
-    w->cost += ctx->cost[by[w->next]];
+    w->cost += token_part(ctx, by[w->next]);
     w->next++;
   }
   uint64_t taken = w->next - w->first;
@@ -442,10 +483,11 @@ static int cmp_double_desc(const void *a, const void *b) {
   return x < y ? 1 : (x > y ? -1 : 0);
 }
 
-/* (g) above: lowers cap_cost[k] (k = 1..m) to what k x dp micro-batches
- * hold by cost per token, and returns the same for the dp - 1 micro-batches
- * beside the costliest item's (by[0]; INFINITY when (g) does not apply:
- * no cap, or an empty item that costs something). */
+/* (g) above, on token parts: lowers cap_cost[k] (k = 1..m) to what k x dp
+ * micro-batches hold by token part per token, and returns the same for the
+ * dp - 1 micro-batches beside the costliest item's (by[0]; INFINITY when
+ * (g) does not apply: no cap, or an empty item whose token part is not
+ * 0). */
 static double density_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double *cap_cost,
                            uint32_t m) {
   const pk_cfg_t *cfg = ctx->cfg;
@@ -461,7 +503,7 @@ static double density_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wid
   best[n] = 0;
   for (uint32_t i = n; i-- > 0;) {
     uint64_t size = ctx->size[by[i]];
-    double c = ctx->cost[by[i]];
+    double c = token_part(ctx, by[i]);
     if (size == 0 && c > 0)
       goto done;
     best[i] = PK_MAX(best[i + 1], size == 0 ? 0 : c / (double)size);
@@ -479,7 +521,7 @@ static double density_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wid
       else
         lo = mid + 1;
     }
-    g[i] = ctx->cost[by[i]] + (double)room * best[lo];
+    g[i] = token_part(ctx, by[i]) + (double)room * best[lo];
   }
   /* Sorted, with by[0]'s value kept aside: the dp - 1 micro-batches
    * beside by[0]'s hold wide items other than by[0]. */
@@ -511,16 +553,22 @@ done:
 /* The most cost the column holding the costliest item can hold when its
  * level is that item's cost c_1 (see (d) above): c_1 in that item's
  * micro-batch, and in the other dp - 1 micro-batches at most (dp - 1) x
- * c_1, at most what they hold of the other items with the wide items
- * apart (wide_walk_to from item 1), and at most by_density (what they hold
- * by cost per token, (g): density_hold's value). */
+ * c_1, and at most the token part they hold of the other items with the
+ * wide items apart (wide_walk_to from item 1) or by token part per token
+ * (by_density, (g): density_hold's value), plus per_sequence for every item
+ * they hold ((h)). */
 static double first_column_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, double c1,
                                 double by_density) {
   uint64_t others = (uint64_t)ctx->cfg->dp - 1;
   if (others == 0)
     return c1;
   wide_walk_t w = wide_walk_from(1, wide);
-  return c1 + PK_MIN(PK_MIN(wide_walk_to(ctx, by, &w, others), (double)others * c1), by_density);
+  double held = PK_MIN(wide_walk_to(ctx, by, &w, others), by_density);
+  if (ctx->cfg->seq > 0) {
+    count_walk_t cw = {0};
+    held += ctx->cfg->seq * (double)items_held(ctx, by, &cw, others);
+  }
+  return c1 + PK_MIN(held, (double)others * c1);
 }
 
 /* max over k in 0..m of sum_{j <= k} lvl[j] + max((total - cap_cost[k]) /
@@ -613,7 +661,7 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
     uint32_t first_out = walk.at;
     if (cfg->mode == PK_MODE_PADDED) {
       while (covered < n && groups < (uint64_t)k * cfg->dp) {
-        covered = run_end(ctx, by, covered);
+        covered = pk_run_end(ctx, by, covered);
         groups++;
       }
       first_out = PK_MIN(first_out, covered);
@@ -631,6 +679,12 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
     if (cfg->mode != PK_MODE_PADDED)
       beside_first = density_hold(ctx, by, wide, cap_cost, m);
   }
+  if (cfg->seq > 0) {
+    /* (h) cap_cost holds token parts so far. */
+    count_walk_t cw = {0};
+    for (uint32_t k = 1; k <= m; k++)
+      cap_cost[k] += cfg->seq * (double)items_held(ctx, by, &cw, (uint64_t)k * cfg->dp);
+  }
   /* U_1 for any column; (d) lowers it for the column of the costliest
    * item only. */
   double any_column_hold = cap_cost[1];
@@ -638,7 +692,7 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
     cap_cost[1] = PK_MIN(cap_cost[1], first_column_hold(ctx, by, wide, lvl[1], beside_first));
   double best = PK_MAX(plain, levels_bound(lvl, cap_cost, m, total, dp));
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
-    best = padded_runs_sharpen(ctx, by, lvl, cap_cost, m, total, best, known_step);
+    best = pk_padded_runs_sharpen(ctx, by, lvl, cap_cost, m, total, best, known_step);
   if (cfg->mode == PK_MODE_PADDED && best * 1.005 < known_step) {
     /* (e) Every plan pays the padding its micro-batch count forces. */
     double padded = pk_padded_least_total(ctx, by, (uint64_t)m * cfg->dp, total);
@@ -657,16 +711,18 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   return best;
 }
 
-/* F(g): the most cost g micro-batches hold of the items the walk reads
- * (g x cap tokens, g x max_seqs items); g never falls between calls. */
+/* F(g): the most token part g micro-batches hold of the items the walk
+ * reads (g x cap tokens, g x max_seqs items); g never falls between
+ * calls. */
 static double others_hold(const pk_ctx_t *ctx, const uint32_t *by, hold_walk_t *walk, uint64_t g) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint64_t cnt_lim = cfg->max_seqs == UINT32_MAX ? UINT64_MAX : g * (uint64_t)cfg->max_seqs;
   return hold_walk_to(ctx, by, walk, g * cfg->cap, cnt_lim);
 }
 
-/* The most cost the micro-batches of k columns hold in PADDED mode, for k =
- * 1..m, into cap_cost[k] (see pk_step_lower_bound): singles (the prefix of
+/* The most token part (per_sequence apart, (h)) the micro-batches of k
+ * columns hold in PADDED mode, for k = 1..m, into cap_cost[k] (see
+ * pk_step_lower_bound): singles (the prefix of
  * the size-descending order whose rows stand alone: the wide ones, or all
  * when max_seqs is 1) against micro-batches
  * of the other items, each worth the next cap tokens (at most max_seqs
@@ -686,7 +742,7 @@ static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, 
   for (uint32_t k = 1; k <= m; k++) {
     uint64_t goal = (uint64_t)k * cfg->dp;
     while (slots < goal) {
-      double single = s < singles ? ctx->cost[by[s]] : 0;
+      double single = s < singles ? token_part(ctx, by[s]) : 0;
       double other = f_next - f_prev;
       if (s < singles && single >= other) {
         held += single;
@@ -702,177 +758,4 @@ static void padded_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wide, 
     if (held < cap_cost[k])
       cap_cost[k] = held;
   }
-}
-
-/* PADDED: the most item cost g micro-batches hold, through runs. A
- * micro-batch whose widest row is w holds at most R(w) = min(cap / w,
- * max_seqs) rows. Among the selections of at most g micro-batches holding
- * the most cost, one is made of runs of the size-descending order, each
- * opened by an item i and taking the R(w_i) items from i on (fewer at the
- * end): take the first item i any micro-batch holds, give its micro-batch
- * the items i .. i + R(w_i) - 1 (the costliest of the items from i on, none
- * wider than w_i), and hand that micro-batch's former items to the others
- * in place of the ones it took, dropping the rest; no micro-batch widens,
- * and the items gained cost at least as much as the ones dropped and are at
- * least as many. By induction on the items after the run, so it is.
- *
- * The best run selection with any number of runs, each charged lambda, is
- * an O(n) recursion over the items from the last: h(i) = max(h(i + 1),
- * cost of run i - lambda + h(end of run i)). For every lambda >= 0 the
- * most cost g micro-batches hold is at most h(0) + lambda x g (weak
- * duality), so any lambda gives a valid bound; runs_hold searches for a
- * good one (the runs h takes fall as lambda grows). */
-typedef struct runs_dual {
-  uint32_t n;
-  const uint32_t *end; /* Where the run opened by item i ends. */
-  const double *pre;   /* Prefix sums of the costs in by order. */
-  const double *vmax;  /* The costliest run opened at i or later. */
-  double total;        /* pre[n]. */
-  uint32_t greedy;     /* Runs of the greedy walk from the first item. */
-  double *h;
-  uint32_t *runs;
-} runs_dual_t;
-
-/* h(0) for lambda > 0; *runs gets the runs its selection takes. No run
- * opened at or after i0, the first i with vmax[i] <= lambda, is worth its
- * charge, so h is 0 from there and the recursion starts at i0. */
-static double runs_dual_value(void *arg, double lambda, uint32_t *runs) {
-  runs_dual_t *d = arg;
-  uint32_t i0 = pk_count_above(d->vmax, d->n, lambda);
-  d->h[i0] = 0;
-  d->runs[i0] = 0;
-  for (uint32_t i = i0; i-- > 0;) {
-    uint32_t e = PK_MIN(d->end[i], i0);
-    double take = d->pre[d->end[i]] - d->pre[i] - lambda + d->h[e];
-    bool opens = take > d->h[i + 1];
-    d->h[i] = opens ? take : d->h[i + 1];
-    d->runs[i] = opens ? d->runs[e] + 1 : d->runs[i + 1];
-  }
-  *runs = d->runs[0];
-  return d->h[0];
-}
-
-double pk_dual_least(pk_dual_fn value, void *arg, double g, pk_dual_end_t lo, pk_dual_end_t hi) {
-  if (lo.slope >= 0)
-    return lo.b;
-  double best = PK_MIN(lo.b, hi.b), width = hi.lambda;
-  for (int it = 0; it < 16 && hi.lambda - lo.lambda > width * 1e-12; it++) {
-    /* lo.b + lo.slope (x - lo) = hi.b + hi.slope (x - hi). */
-    double x =
-        hi.slope - lo.slope > 0
-            ? (hi.b - lo.b + lo.slope * lo.lambda - hi.slope * hi.lambda) / (lo.slope - hi.slope)
-            : lo.lambda;
-    if (!(x > lo.lambda && x < hi.lambda))
-      x = (lo.lambda + hi.lambda) / 2;
-    double floor_b = lo.b + lo.slope * (x - lo.lambda);
-    if (best - floor_b <= fabs(best) * 1e-4)
-      break;
-    uint32_t r;
-    double v = value(arg, x, &r) + x * g;
-    best = PK_MIN(best, v);
-    pk_dual_end_t at = {x, v, g - r};
-    if ((double)r > g)
-      lo = at;
-    else
-      hi = at;
-  }
-  return best;
-}
-
-/* The least U_k the runs allow: min over lambda >= 0 of B(lambda) = h(0) +
- * lambda x g (pk_dual_least). At lambda = 0 every item is taken: B = total,
- * and the greedy walk is a selection doing so, so g minus its runs is a
- * slope there; at the costliest run's cost no run pays: h = 0. */
-static double runs_hold(runs_dual_t *d, double g) {
-  double top = d->vmax[0];
-  return pk_dual_least(runs_dual_value, d, g, (pk_dual_end_t){0, d->total, g - d->greedy},
-                       (pk_dual_end_t){top, top * g, g});
-}
-
-static bool potential_higher(const void *arg, uint32_t x, uint32_t y) {
-  const double *pot = arg;
-  return pot[x] > pot[y];
-}
-
-/* Raises best (the step bound) with U_k from runs (runs_hold) where that
- * can raise it. The greedy runs from the widest item are a selection of
- * runs, so U_k from runs is at least the cost the first k x dp of them
- * hold; that caps how far each k can raise the bound, and the k are tried
- * from the most promising down until none can (at most 8 of them: each
- * costs a few O(n) passes) or best is within 0.5 % of known_step. Out of
- * memory leaves best as it is. */
-static double padded_runs_sharpen(const pk_ctx_t *ctx, const uint32_t *by, const double *lvl,
-                                  const double *cap_cost, uint32_t m, double total, double best,
-                                  double known_step) {
-  const pk_cfg_t *cfg = ctx->cfg;
-  uint32_t n = ctx->n;
-  double dp = cfg->dp;
-  uint32_t *end = pk_malloc_array((size_t)n + 1, sizeof *end);
-  double *pre = pk_malloc_array((size_t)n + 1, sizeof *pre);
-  double *h = pk_malloc_array((size_t)n + 1, sizeof *h);
-  uint32_t *runs = pk_malloc_array((size_t)n + 1, sizeof *runs);
-  double *vmax = pk_malloc_array((size_t)n + 1, sizeof *vmax);
-  double *prefix = pk_malloc_array((size_t)m + 1, sizeof *prefix);
-  double *pot = pk_malloc_array((size_t)m + 1, sizeof *pot);
-  uint32_t *ks = pk_malloc_array((size_t)m + 1, sizeof *ks);
-  uint32_t *tmp = pk_malloc_array((size_t)m + 1, sizeof *tmp);
-  if (end == NULL || pre == NULL || h == NULL || runs == NULL || vmax == NULL || prefix == NULL ||
-      pot == NULL || ks == NULL || tmp == NULL)
-    goto done;
-  pre[0] = 0;
-  for (uint32_t i = 0; i < n; i++) {
-    end[i] = run_end(ctx, by, i);
-    pre[i + 1] = pre[i] + ctx->cost[by[i]];
-  }
-  vmax[n] = 0;
-  for (uint32_t i = n; i-- > 0;)
-    vmax[i] = PK_MAX(vmax[i + 1], pre[end[i]] - pre[i]);
-  prefix[0] = 0;
-  for (uint32_t k = 1; k <= m; k++)
-    prefix[k] = prefix[k - 1] + lvl[k];
-  /* pot[k]: the most k can give, with U_k no lower than the greedy runs'
-   * cost (nor than cap_cost[k] when that is lower). */
-  uint32_t at = 0, greedy = 0;
-  for (uint32_t k = 1; k <= m; k++) {
-    while (at < n && greedy < (uint64_t)k * cfg->dp) {
-      at = end[at];
-      greedy++;
-    }
-    double floor_u = PK_MIN(pre[at], cap_cost[k]);
-    double suffix = PK_MAX(prefix[m] - prefix[k], 0.0);
-    pot[k] = prefix[k] + PK_MAX((total - floor_u) / dp, suffix);
-    ks[k - 1] = k;
-  }
-  while (at < n) {
-    at = end[at];
-    greedy++;
-  }
-  pk_merge_sort_u32(ks, tmp, m, potential_higher, pot);
-  runs_dual_t d = {.n = n,
-                   .end = end,
-                   .pre = pre,
-                   .vmax = vmax,
-                   .total = pre[n],
-                   .greedy = greedy,
-                   .h = h,
-                   .runs = runs};
-  for (uint32_t q = 0; q < m && q < 8; q++) {
-    uint32_t k = ks[q];
-    if (pot[k] <= best * (1 + 1e-12) || best * 1.005 >= known_step)
-      break;
-    double u = PK_MIN(cap_cost[k], runs_hold(&d, (double)k * dp));
-    double suffix = PK_MAX(prefix[m] - prefix[k], 0.0);
-    best = PK_MAX(best, prefix[k] + PK_MAX((total - u) / dp, suffix));
-  }
-done:
-  free(end);
-  free(pre);
-  free(h);
-  free(runs);
-  free(vmax);
-  free(prefix);
-  free(pot);
-  free(ks);
-  free(tmp);
-  return best;
 }

@@ -18,7 +18,7 @@
  * cost + lambda over cuts into any number of runs, and P(g) >= F(lambda) -
  * lambda x g for every lambda (weak duality), so any lambda gives a valid
  * bound; pk_dual_least (cutting planes over lambda, as for the runs bound
- * of bounds.c) looks for the best one. Every plan with g micro-batches in all
+ * of bounds_runs.c) looks for the best one. Every plan with g micro-batches in all
  * has a step cost of at least its total / dp >= P(g) / dp.
  *
  * F is the recursion f(n) = 0, f(i) = lambda + min over i < j <= i + R(w_i)

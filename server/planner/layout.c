@@ -169,7 +169,10 @@ int pk_build_add_mini_batch(pk_build_t *b, const pk_ctx_t *ctx, const pk_assign_
       plan_step += mx;
     }
   }
-  b->step_lb += pk_step_lower_bound(ctx, m, plan_step);
+  /* The bound and plan_step leave per_micro_batch out: every rank has m
+   * non-empty micro-batches, so each of the m columns pays it once, on
+   * every plan alike. */
+  b->step_lb += pk_step_lower_bound(ctx, m, plan_step) + (double)m * cfg->micro;
 
   size_t off = b->nrecs;
   for (uint32_t r = 0; r < dp; r++) {
@@ -317,6 +320,8 @@ int pk_build_finish(pk_build_t *b, pk_plan_t **out, char *err, size_t errlen) {
           tp = target;
           cu_pad[rec->nseqs] = (int32_t)tp;
         }
+        /* A micro-batch's cost: per_micro_batch plus its slots' costs. */
+        cost = cfg->micro;
         for (uint32_t q = 0; q < rec->nseqs; q++) {
           uint64_t slot = (uint64_t)(cu_pad[q + 1] - cu_pad[q]);
           maxslot = PK_MAX(maxslot, slot);

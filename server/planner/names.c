@@ -6,8 +6,8 @@
 
 static const char *const dp_balance_names[] = {"auto", "none",      "kk",           "kk_equal",
                                                "lpt",  "lpt_equal", "sorted_stride"};
-static const char *const micro_algo_names[] = {"auto", "next_fit", "ffd",
-                                               "mffd", "kk_count", "lpt_cap"};
+static const char *const micro_algo_names[] = {"auto",     "next_fit", "ffd",        "mffd",
+                                               "kk_count", "lpt_cap",  "shared_cuts"};
 static const char *const mode_names[] = {"packed", "padded", "fixed"};
 static const char *const order_names[] = {"cost_desc", "heavy_middle", "original"};
 static const char *const cp_algo_names[] = {"zigzag", "ulysses"};

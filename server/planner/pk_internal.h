@@ -4,7 +4,8 @@
  * Pipeline (planner.c): validate -> items (aligned sizes and costs) ->
  * mini-batches -> per mini-batch: DP assignment and micro-batching (AUTO:
  * auto.c; compatibility algorithms: compat_dp.c, compat_micro.c,
- * compat_roll.c, driven by assign.c) -> order -> layout and stats. */
+ * compat_roll.c and compat_roll_cuts.c, driven by assign.c) -> order ->
+ * layout and stats. */
 #ifndef PK_INTERNAL_H
 #define PK_INTERNAL_H
 
@@ -26,6 +27,7 @@ typedef struct pk_cfg {
   uint32_t mode;
   uint32_t dp_balance, micro_algo, order;
   bool equal_count, shuffle, keep_groups, fixed_shape;
+  bool groups_on_rank;
   uint32_t mini_batches;
   uint64_t cap;      /* Footprint cap summed over CP ranks (max_tokens * CP);
                       * UINT64_MAX when there is no cap. */
@@ -34,7 +36,9 @@ typedef struct pk_cfg {
   uint32_t min_micro;
   uint32_t round; /* PADDED: row widths are multiples of lcm(round, A). */
   uint32_t total_multiple;
-  double lin, quad;
+  /* The cost model (pk_slot_cost): linear, quadratic, per_sequence and
+   * per_micro_batch, defaults applied. */
+  double lin, quad, seq, micro;
   uint64_t seed;
 } pk_cfg_t;
 
@@ -53,7 +57,9 @@ typedef struct pk_ctx {
   const uint32_t *idx;  /* n sequence indices. */
   const uint64_t *size; /* n footprints: aligned length (PACKED/FIXED) or
                          * row width rounded to lcm(round, A) (PADDED). */
-  const double *cost;   /* n costs of the aligned lengths. */
+  const double *cost;   /* n costs: pk_slot_cost of the sizes (bounds.c
+                         * splits them into per_sequence and pk_token_cost
+                         * of the size). */
   const uint32_t *len;  /* n real lengths. */
   /* Optional, filled by the pipeline: the n item numbers by size
    * descending (ties by item number), pk_micro_lower_bound's value, and
@@ -63,6 +69,9 @@ typedef struct pk_ctx {
   const uint32_t *by_size;
   uint32_t micro_lb;
   pk_step_memo_t *step_memo;
+  /* The request's group ids by sequence index (groups[idx[k]] is item k's),
+   * or NULL when the request has none. */
+  const uint64_t *groups;
 } pk_ctx_t;
 
 /* The running state of one micro-batch while it is being filled. */
@@ -136,9 +145,30 @@ int pk_compat_micro(const pk_ctx_t *ctx, uint32_t algo, const uint32_t *items, u
 
 /* ROLL dynamic batching (compat_roll.c): sorted stride over ranks plus one
  * shared next-fit boundary list in PADDED footprint, then the count raised to
- * a multiple of cfg->group by splitting the largest multi-row micro-batches.
- * Fills out (caller-allocated, n entries). */
+ * a multiple of cfg->group by splitting the largest multi-row micro-batches;
+ * with micro_algo SHARED_CUTS the boundaries come from
+ * pk_roll_shared_cuts. Fills out (caller-allocated, n entries). */
 int pk_roll_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
+
+/* micro_algo SHARED_CUTS (compat_roll_cuts.c): the boundary list over the s
+ * slots of the sorted stride (width[]: nondecreasing slot widths, each
+ * within the cap) with exactly t micro-batches (the fewest next-fit count
+ * <= t <= s) of the least lock-step step cost sum_j rows_j x
+ * pk_slot_cost(widest row of j) under the cap and max_seqs, found by
+ * dynamic programming. Writes start[0 .. t] (start[0] = 0, start[t] = s)
+ * and returns 0; returns 1 with start[] untouched when the work would be
+ * above its bounds (PK_CUTS_ANY only), PK_ENOMEM, or PK_EINTERNAL when t is
+ * out of range. `how` picks the scan or the Monge divide and conquer
+ * (tests); PK_CUTS_ANY picks by the work. */
+typedef enum { PK_CUTS_ANY = 0, PK_CUTS_SCAN = 1, PK_CUTS_MONGE = 2 } pk_cuts_how_t;
+int pk_roll_shared_cuts(const pk_cfg_t *cfg, const uint64_t *width, uint32_t s, uint32_t t,
+                        pk_cuts_how_t how, uint32_t *start);
+
+/* batching.groups_on_rank (group_dp.c): whole groups to ranks, balanced by
+ * cost, then every rank micro-batched with one common count. ctx->groups is
+ * set and the mini-batch holds at least dp groups (a multiple of dp with
+ * equal_count). Fills out (caller-allocated, n entries). */
+int pk_group_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
 
 /* Drives a compatibility DP algorithm plus a micro algorithm into an
  * assignment with equal micro counts on every rank (assign.c). */
@@ -162,10 +192,22 @@ static inline uint64_t pk_padded_cap_rows(const pk_cfg_t *cfg, uint64_t w) {
   return rows > 0 ? rows : 1;
 }
 
-/* The cost of a slot of `aligned` tokens. */
-static inline double pk_slot_cost(const pk_cfg_t *cfg, uint64_t aligned) {
+/* The token part of a sequence's cost: linear a + quadratic a^2 for a slot
+ * of `aligned` tokens. It is 0 at a = 0 and its cost per token, linear +
+ * quadratic a, never falls as a grows (the bounds rely on both). */
+static inline double pk_token_cost(const pk_cfg_t *cfg, uint64_t aligned) {
   double a = (double)aligned;
   return cfg->lin * a + cfg->quad * a * a;
+}
+
+/* The cost of a sequence in a slot of `aligned` tokens: per_sequence plus
+ * the token part. Every item cost (ctx->cost) and every micro-batch cost is
+ * made of it: a micro-batch costs per_micro_batch plus the sum of its
+ * sequences' slot costs (PADDED: rows x pk_slot_cost(width)). Nondecreasing
+ * in a; per_sequence is paid at a = 0 too, so a zero-length sequence costs
+ * per_sequence. */
+static inline double pk_slot_cost(const pk_cfg_t *cfg, uint64_t aligned) {
+  return cfg->seq + pk_token_cost(cfg, aligned);
 }
 
 /* The DP part of AUTO on its own (auto.c): items dealt in tiers of dp by cost
@@ -195,7 +237,7 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx);
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step);
 /* The least value of a convex piecewise-linear function B(lambda) =
  * value(arg, lambda, &runs) + lambda x g on [lo, hi] whose slope at lambda
- * is g - runs (a Lagrangian dual over runs; bounds.c, bounds_padding.c),
+ * is g - runs (a Lagrangian dual over runs; bounds_runs.c, bounds_padding.c),
  * by cutting planes: the tangents at the ends of the bracket meet at the
  * next lambda to try; the bracket keeps a slope < 0 and one >= 0. Every
  * lambda tried is valid and the least B is returned; the search stops once

@@ -48,8 +48,9 @@ typedef enum {
   PK_MICRO_MFFD = 3,
   PK_MICRO_KK_COUNT = 4,
   PK_MICRO_LPT_CAP = 5,
+  PK_MICRO_SHARED_CUTS = 6,
 } pk_micro_algo_t;
-#define PK_MICRO_ALGO_COUNT 6
+#define PK_MICRO_ALGO_COUNT 7
 
 typedef enum {
   PK_ORDER_COST_DESC = 0,
@@ -84,11 +85,18 @@ typedef struct pk_batching {
   uint32_t micro_algo;        /* pk_micro_algo_t. */
   uint32_t order;             /* pk_order_t. */
   bool keep_groups;
+  bool groups_on_rank; /* Every group on one DP rank (group_dp.c). */
 } pk_batching_t;
 
+/* A sequence of aligned length a costs per_sequence + linear a +
+ * quadratic a^2 (zero-length sequences pay per_sequence too); a
+ * micro-batch costs the sum over its sequences plus per_micro_batch. All
+ * finite and >= 0. */
 typedef struct pk_cost_model {
   double linear; /* Both 0: linear 1, quadratic 1/24576. */
   double quadratic;
+  double per_sequence;    /* 0: none. */
+  double per_micro_batch; /* 0: none. */
 } pk_cost_model_t;
 
 typedef struct pk_layout_opts {

@@ -26,7 +26,11 @@ static bool first_less(const void *arg, uint32_t x, uint32_t y) {
 
 /* Splits the (optionally shuffled) sequence order into mini-batches: order[]
  * holds sequence indices grouped by mini-batch, start[b]..start[b+1]. With
- * keep_groups whole groups move together. */
+ * keep_groups whole groups move together; with groups_on_rank too, and each
+ * mini-batch holds the same number of groups (+-1), at least dp of them (a
+ * multiple of dp with equal_count): a group is then on one rank in one
+ * mini-batch, and a mini-batch is a number of prompts, as GRPO trainers
+ * count it. */
 static int split_mini_batches(const pk_request_t *req, const pk_cfg_t *cfg, uint32_t *order,
                               uint32_t *start, char *err, size_t errlen) {
   uint32_t n = (uint32_t)req->n;
@@ -35,7 +39,7 @@ static int split_mini_batches(const pk_request_t *req, const pk_cfg_t *cfg, uint
   for (uint32_t i = 0; i < n; i++)
     order[i] = i;
 
-  if (!cfg->keep_groups) {
+  if (!cfg->keep_groups && !cfg->groups_on_rank) {
     if (cfg->shuffle)
       for (uint32_t i = n - 1; i > 0; i--) {
         uint32_t j = (uint32_t)pk_rng_below(&rng, (uint64_t)i + 1);
@@ -73,6 +77,23 @@ static int split_mini_batches(const pk_request_t *req, const pk_cfg_t *cfg, uint
     }
   }
   gstart[ng] = n;
+  uint64_t need = (uint64_t)nb * cfg->dp;
+  if (cfg->groups_on_rank && ng < need) {
+    rc = pk_fail(err, errlen, PK_EINVAL,
+                 "batching.groups_on_rank: groups holds %u distinct ids, fewer than "
+                 "batching.mini_batches %u x parallel.dp %u (every rank needs a whole group in "
+                 "every mini-batch)",
+                 ng, nb, cfg->dp);
+    goto done;
+  }
+  if (cfg->groups_on_rank && cfg->equal_count && ng % need != 0) {
+    rc = pk_fail(err, errlen, PK_EINVAL,
+                 "batching.groups_on_rank: groups holds %u distinct ids, not a multiple of "
+                 "batching.mini_batches %u x parallel.dp %u (batching.equal_count gives every "
+                 "rank the same number of groups)",
+                 ng, nb, cfg->dp);
+    goto done;
+  }
   if (ng < nb) {
     rc = pk_fail(err, errlen, PK_EPRECOND,
                  "batching.keep_groups: %u groups cannot fill batching.mini_batches %u", ng, nb);
@@ -100,6 +121,10 @@ static int split_mini_batches(const pk_request_t *req, const pk_cfg_t *cfg, uint
       order[pos++] = by_group[i];
     uint64_t target = (uint64_t)n * (b + 1) / nb;
     bool must_close = ng - g - 1 == nb - b - 1;
+    if (cfg->groups_on_rank) {
+      target = UINT64_MAX;
+      must_close = g + 1 == (uint64_t)ng * (b + 1) / nb;
+    }
     if (b + 1 < nb && (pos >= target || must_close))
       start[++b] = pos;
   }
@@ -122,15 +147,20 @@ static int assign_mini_batch(const pk_ctx_t *ctx, pk_assign_t *a, uint32_t mini,
                    "mini-batch %u has %u sequences for parallel.dp %u ranks (every rank needs at "
                    "least one sequence per micro-batch)",
                    mini, ctx->n, cfg->dp);
-  bool roll = cfg->dp_balance == PK_DP_SORTED_STRIDE && cfg->micro_algo == PK_MICRO_NEXT_FIT;
-  if ((cfg->equal_count || cfg->mode == PK_MODE_FIXED || roll) && ctx->n % cfg->dp != 0)
+  bool roll = cfg->dp_balance == PK_DP_SORTED_STRIDE &&
+              (cfg->micro_algo == PK_MICRO_NEXT_FIT || cfg->micro_algo == PK_MICRO_SHARED_CUTS);
+  /* With groups_on_rank, equal_count means equal group counts (checked when
+   * the mini-batches were split). */
+  if ((cfg->equal_count || cfg->mode == PK_MODE_FIXED || roll) && !cfg->groups_on_rank &&
+      ctx->n % cfg->dp != 0)
     return pk_fail(err, errlen, PK_EPRECOND,
                    "mini-batch %u has %u sequences, not divisible by parallel.dp %u (required by "
                    "%s)",
                    mini, ctx->n, cfg->dp,
-                   cfg->equal_count             ? "batching.equal_count"
-                   : cfg->mode == PK_MODE_FIXED ? "batching.mode FIXED"
-                                                : "sorted_stride + next_fit (ROLL)");
+                   cfg->equal_count                       ? "batching.equal_count"
+                   : cfg->mode == PK_MODE_FIXED           ? "batching.mode FIXED"
+                   : cfg->micro_algo == PK_MICRO_NEXT_FIT ? "sorted_stride + next_fit (ROLL)"
+                                                          : "sorted_stride + shared_cuts (ROLL)");
   uint32_t lb = pk_micro_lower_bound(ctx);
   if ((uint64_t)lb * cfg->dp > ctx->n)
     return pk_fail(err, errlen, PK_EPRECOND,
@@ -139,7 +169,9 @@ static int assign_mini_batch(const pk_ctx_t *ctx, pk_assign_t *a, uint32_t mini,
                    "allow)",
                    mini, ctx->n, cfg->dp, lb);
   int rc;
-  if (cfg->mode == PK_MODE_FIXED)
+  if (cfg->groups_on_rank)
+    rc = pk_group_assign(ctx, a, err, errlen);
+  else if (cfg->mode == PK_MODE_FIXED)
     rc = pk_fixed_assign(ctx, a, err, errlen);
   else if (roll)
     rc = pk_roll_assign(ctx, a, err, errlen);
@@ -197,7 +229,13 @@ int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen) 
       size[k] = pk_item_size(&cfg, len[k]);
       cost[k] = pk_slot_cost(&cfg, size[k]);
     }
-    pk_ctx_t ctx = {.cfg = &cfg, .n = m, .idx = idx, .size = size, .cost = cost, .len = len};
+    pk_ctx_t ctx = {.cfg = &cfg,
+                    .n = m,
+                    .idx = idx,
+                    .size = size,
+                    .cost = cost,
+                    .len = len,
+                    .groups = req->groups};
     for (uint32_t k = 0; k < m; k++)
       by_size[k] = k;
     pk_sort_by_cost_desc(&ctx, by_size, m);
@@ -247,6 +285,7 @@ uint32_t pk_alignment(const pk_request_t *req) {
   r.groups = NULL;
   r.n_groups = 0;
   r.batching.keep_groups = false;
+  r.batching.groups_on_rank = false;
   r.batching.mini_batches = 0;
   r.batching.min_micro_batches = 0;
   if (pk_validate(&r, &cfg, err, sizeof err) != 0)

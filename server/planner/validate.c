@@ -50,6 +50,16 @@ static int check_cost(const pk_cost_model_t *c, pk_cfg_t *cfg, char *err, size_t
   if (!isfinite(c->quadratic) || c->quadratic < 0)
     return pk_fail(err, errlen, PK_EINVAL, "cost.quadratic: %g (must be finite and >= 0)",
                    c->quadratic);
+  if (!isfinite(c->per_sequence) || c->per_sequence < 0)
+    return pk_fail(err, errlen, PK_EINVAL, "cost.per_sequence: %g (must be finite and >= 0)",
+                   c->per_sequence);
+  if (!isfinite(c->per_micro_batch) || c->per_micro_batch < 0)
+    return pk_fail(err, errlen, PK_EINVAL, "cost.per_micro_batch: %g (must be finite and >= 0)",
+                   c->per_micro_batch);
+  /* The default of linear and quadratic does not depend on the other two:
+   * proto3 cannot tell an unset field from 0. */
+  cfg->seq = c->per_sequence;
+  cfg->micro = c->per_micro_batch;
   if (c->linear == 0 && c->quadratic == 0) {
     cfg->lin = 1.0;
     cfg->quad = 1.0 / 24576.0;
@@ -152,6 +162,26 @@ int pk_validate(const pk_request_t *req, pk_cfg_t *cfg, char *err, size_t errlen
   cfg->equal_count = b->equal_count;
   cfg->shuffle = b->shuffle;
   cfg->keep_groups = b->keep_groups;
+  cfg->groups_on_rank = b->groups_on_rank;
+  /* SHARED_CUTS cuts the one boundary list of the sorted stride over PADDED
+   * rows (compat_roll_cuts.c): dp_balance AUTO means that stride; any other
+   * balance, any other mode and whole groups per rank are refused. */
+  if (b->micro_algo == PK_MICRO_SHARED_CUTS) {
+    if (b->dp_balance != PK_DP_AUTO && b->dp_balance != PK_DP_SORTED_STRIDE)
+      return pk_fail(err, errlen, PK_EINVAL,
+                     "batching.dp_balance: %s (batching.micro_algo shared_cuts cuts the sorted "
+                     "stride: use sorted_stride or auto)",
+                     pk_dp_balance_name(b->dp_balance));
+    if (b->mode != PK_MODE_PADDED)
+      return pk_fail(err, errlen, PK_EINVAL,
+                     "batching.mode: %s (batching.micro_algo shared_cuts needs padded)",
+                     pk_mode_name(b->mode));
+    if (b->groups_on_rank)
+      return pk_fail(err, errlen, PK_EINVAL,
+                     "batching.groups_on_rank: set with batching.micro_algo shared_cuts (the "
+                     "sorted stride deals sequences, not whole groups)");
+    cfg->dp_balance = PK_DP_SORTED_STRIDE;
+  }
   cfg->mini_batches = b->mini_batches == 0 ? 1 : b->mini_batches;
   if (cfg->mini_batches > req->n)
     return pk_fail(err, errlen, PK_EPRECOND,
@@ -161,6 +191,22 @@ int pk_validate(const pk_request_t *req, pk_cfg_t *cfg, char *err, size_t errlen
     return pk_fail(err, errlen, PK_EINVAL,
                    "batching.keep_groups: set, but groups is empty (one group id per sequence is "
                    "needed)");
+  /* groups_on_rank: the distinct-id counts against dp and mini_batches
+   * are checked where the groups are sorted (planner.c). */
+  if (b->groups_on_rank && req->n_groups == 0)
+    return pk_fail(err, errlen, PK_EINVAL,
+                   "batching.groups_on_rank: set, but groups is empty (one group id per sequence "
+                   "is needed)");
+  if (b->groups_on_rank && b->mode == PK_MODE_FIXED)
+    return pk_fail(err, errlen, PK_EINVAL,
+                   "batching.groups_on_rank: not available with batching.mode FIXED (its "
+                   "micro-batches hold micro_batch_size sequences, not whole groups); use PACKED "
+                   "or PADDED");
+  if (b->groups_on_rank && b->dp_balance != PK_DP_AUTO)
+    return pk_fail(err, errlen, PK_EINVAL,
+                   "batching.groups_on_rank: set with batching.dp_balance %s (groups_on_rank "
+                   "balances whole groups itself; leave dp_balance AUTO)",
+                   pk_dp_balance_name(b->dp_balance));
   if (b->max_tokens > (uint64_t)INT32_MAX)
     return pk_fail(err, errlen, PK_EINVAL,
                    "batching.max_tokens: %" PRIu64 " is above the int32 limit of cu_seqlens",

@@ -126,8 +126,8 @@ static void test_pack_unpack_roundtrip(void **state) {
       assert_int_equal(pk_gpu_pack(ctx, l, c.start, c.length, r, &op, 1), 0);
       int64_t *idx = oracle_split(&c, r);
       for (int64_t j = 0; j < c.Tl; j++) {
-        int32_t i;
-        int64_t g;
+        int32_t i = 0;
+        int64_t g = 0;
         oracle_seq(&c, idx[j], &i, &g);
         int32_t row = c.seqs[i];
         const unsigned char *row_out = out + rb * (size_t)j;
@@ -242,8 +242,8 @@ static void test_labels_positions_valid(void **state) {
       assert_int_equal(pk_gpu_pack(ctx, l, c.start, c.length, r, ops, 5), 0);
       int64_t *idx = oracle_split(&c, r);
       for (int64_t j = 0; j < c.Tl; j++) {
-        int32_t i;
-        int64_t g;
+        int32_t i = 0;
+        int64_t g = 0;
         oracle_seq(&c, idx[j], &i, &g);
         int32_t row = c.seqs[i];
         int64_t len = c.length[row];

@@ -27,7 +27,8 @@ def test_plan_keywords_are_the_proto_fields_with_proto_defaults():
     sig = inspect.signature(packd.Client.plan)
     fmap = _request.field_map()
     params = {k: p for k, p in sig.parameters.items() if k not in ("self", "lengths")}
-    assert set(fmap) | {"loss_tokens", "groups"} == set(params), "one keyword per PlanRequest field"
+    # cost= sets the Cost fields at once (a packd.Cost or Calibration).
+    assert set(fmap) | {"loss_tokens", "groups", "cost"} == set(params), "one keyword per PlanRequest field"
     for name, (_, field) in fmap.items():
         p = params[name]
         assert p.kind == inspect.Parameter.KEYWORD_ONLY
@@ -118,6 +119,38 @@ def test_planner_layout_matches_the_formulas(client, kw):
         algo = kw.get("cp_algo", "zigzag")
         sizes = {layout.partition_index(mb, cp, r, algo, kw.get("tp", 1)).size for r in range(cp)}
         assert len(sizes) == 1 and sizes.pop() <= 24576
+
+
+def test_groups_on_rank(client):
+    """groups_on_rank through the keyword: every group on one rank, equal
+    group counts with equal_count, and INVALID_ARGUMENT naming the field."""
+    rng = np.random.default_rng(7)
+    ids = rng.integers(0, 1 << 62, size=96, dtype=np.uint64)
+    assert len(set(ids.tolist())) == 96
+    groups = np.repeat(ids, 8)  # 96 GRPO groups of 8, random 64-bit ids
+    lengths = rng.integers(200, 12000, size=groups.size)
+    req = _request.build(lengths, groups=groups, dp=8, groups_on_rank=True)
+    assert req.batching.groups_on_rank
+    for equal in (False, True):
+        plan = client.plan(lengths, groups=groups, dp=8, max_tokens=16384, mini_batches=2,
+                           groups_on_rank=True, equal_count=equal, seed=5)
+        owner = {}
+        for rank in plan:
+            per_mini = [len(set(groups[m.seqs].tolist())) for m in rank.mini_batches]
+            if equal:
+                assert per_mini == [6, 6]
+            for g in set(groups[rank.seqs].tolist()):
+                assert owner.setdefault(g, rank.dp_rank) == rank.dp_rank
+        assert len(owner) == 96
+        assert len({len(rank) for rank in plan}) == 1  # equal micro-batch counts
+        assert max(mb.padded_tokens for mb in plan.micro_batches) <= 16384
+        assert plan.dp_imbalance < 1.05
+    with pytest.raises(packd.InvalidArgument, match="batching.groups_on_rank: set, but groups is empty"):
+        client.plan(lengths, dp=8, groups_on_rank=True)
+    with pytest.raises(packd.InvalidArgument, match="groups holds 96 distinct ids, fewer than"):
+        client.plan(lengths, groups=groups, dp=97, groups_on_rank=True)
+    with pytest.raises(packd.InvalidArgument, match="groups: 767 entries for 768 lengths"):
+        client.plan(lengths, groups=groups[1:], dp=8, groups_on_rank=True)
 
 
 def test_library_lookup_order(monkeypatch, tmp_path):

@@ -79,6 +79,7 @@ def random_request(rng: random.Random, valid: bool = False):
         b.shuffle = rng.random() < 0.5
         b.equal_count = rng.random() < 0.5
         b.keep_groups = rng.random() < 0.5
+        b.groups_on_rank = rng.random() < 0.5
         b.dp_balance = rng.randrange(0, 7)
         b.mode = rng.randrange(0, 3)
         b.micro_algo = rng.randrange(0, 6)
@@ -86,6 +87,8 @@ def random_request(rng: random.Random, valid: bool = False):
     if rng.random() < 0.75:
         r.cost.linear = rng.choice([0.0, 1.0, rng.uniform(0, 1e6), rng.uniform(-1, 1)])
         r.cost.quadratic = rng.choice([0.0, 1 / 24576, rng.uniform(0, 1e-3)])
+        r.cost.per_sequence = rng.choice([0.0, rng.uniform(0, 1e4), rng.uniform(-1, 1)])
+        r.cost.per_micro_batch = rng.choice([0.0, rng.uniform(0, 1e4)])
     if rng.random() < 0.5:
         r.layout.fixed_shape = True
     r.seed = rng.choice([0, rng.randrange(0, 2**64)])
@@ -211,6 +214,8 @@ def test_plan_id_stable_and_canonical():
         lambda r: setattr(r.batching, "max_tokens", 4097),
         lambda r: setattr(r.batching, "mode", 1),
         lambda r: setattr(r.cost, "quadratic", 1e-4),
+        lambda r: setattr(r.cost, "per_sequence", 3.0),
+        lambda r: setattr(r.cost, "per_micro_batch", 0.5),
         lambda r: setattr(r.layout, "pad_multiple", 8),
     ):
         other = pb.PlanRequest()

@@ -301,8 +301,11 @@ FLAGS = [
     ("--micro-algo", "mffd", "batching.micro_algo", 3),
     ("--order", "original", "batching.order", 2),
     ("--keep-groups", None, "batching.keep_groups", True),
+    ("--groups-on-rank", None, "batching.groups_on_rank", True),
     ("--cost-linear", "0.75", "cost.linear", 0.75),
     ("--cost-quadratic", "1e-05", "cost.quadratic", 1e-05),
+    ("--per-sequence", "250.5", "cost.per_sequence", 250.5),
+    ("--per-micro-batch", "0.002", "cost.per_micro_batch", 0.002),
     ("--align", "16", "layout.align", 16),
     ("--pad-multiple", "8", "layout.pad_multiple", 8),
     ("--total-multiple", "256", "layout.total_multiple", 256),
@@ -362,6 +365,8 @@ def test_enum_forms(tmp_path, lengths_file):
     (["--order", "x"], "--order"),
     (["--cost-linear", "nan"], "--cost-linear"),
     (["--cost-quadratic", "1e999"], "--cost-quadratic"),
+    (["--per-sequence", "inf"], "--per-sequence"),
+    (["--per-micro-batch", "x"], "--per-micro-batch"),
     (["--shuffle=maybe"], "--shuffle"),
     (["--format", "xml"], "--format"),
     (["--sample", "0"], "--sample"),
@@ -405,6 +410,55 @@ def test_planner_errors_exit_1(lengths_file):
                       "ulysses", "--num-heads", 3)
     assert res.returncode == 1 and b"num_heads" in res.stderr
     assert res.stdout == b""
+    res = run_packctl("plan", "--local", lengths_file, "--dp", 1, "--per-sequence", "-1")
+    assert res.returncode == 1 and b"cost.per_sequence: -1" in res.stderr
+    res = run_packctl("plan", "--local", lengths_file, "--dp", 1, "--per-micro-batch", "-0.5")
+    assert res.returncode == 1 and b"cost.per_micro_batch: -0.5" in res.stderr
+
+
+def test_groups_on_rank(tmp_path):
+    """--group-size makes runs of N sequences one group; --groups-on-rank
+    keeps each on one rank with equal micro-batch counts; bad combinations
+    exit 1 naming the field."""
+    req = saved_request(tmp_path, CONV, "--sample", 64, "--group-size", 8)
+    assert list(req.groups) == [i // 8 for i in range(64)]
+    _, resp = plan_json(tmp_path, CONV, "--sample", 512, "--seed", 3, "--group-size", 8,
+                        "--dp", 4, "--max-tokens", 8192, "--groups-on-rank", "--equal-count",
+                        "--mini-batches", 2)
+    rank_of = {}
+    for rank in resp.ranks:
+        counts = [len(mini.micro_batches) for mini in rank.mini_batches]
+        assert counts == [len(m.micro_batches) for m in resp.ranks[0].mini_batches]
+        for mini in rank.mini_batches:
+            for mb in mini.micro_batches:
+                assert mb.tokens <= 8192
+                for s in mb.seqs:
+                    assert rank_of.setdefault(s // 8, rank.dp_rank) == rank.dp_rank
+    assert len(rank_of) == 64 and resp.stats.sequences == 512
+    # A manifest's groups, interleaved, stay together too.
+    man = tmp_path / "m.json"
+    man.write_text(json.dumps({"lengths": [100, 900, 50, 950, 400, 600, 30, 70],
+                               "groups": ["7", "9", "7", "9", "11", "12", "11", "12"],
+                               "parallel": {"dp": 2}, "batching": {"groupsOnRank": True}}))
+    groups = [7, 9, 7, 9, 11, 12, 11, 12]
+    for extra, sizes in (([], [1, 3]), (["--equal-count"], [2, 2])):
+        _, resp = plan_json(tmp_path, man, *extra)
+        ids = [{groups[s] for mini in rank.mini_batches for mb in mini.micro_batches
+                for s in mb.seqs} for rank in resp.ranks]
+        assert sorted(len(i) for i in ids) == sizes and set.union(*ids) == {7, 9, 11, 12}
+    for args, needle in ((["--dp", 2], b"batching.groups_on_rank: set, but groups is empty"),
+                         (["--dp", 9, "--group-size", 2],
+                          b"groups holds 4 distinct ids, fewer than batching.mini_batches 1 x "
+                          b"parallel.dp 9"),
+                         (["--dp", 3, "--group-size", 2, "--equal-count"],
+                          b"not a multiple of batching.mini_batches 1 x parallel.dp 3"),
+                         (["--dp", 2, "--group-size", 2, "--dp-balance", "kk"],
+                          b"batching.groups_on_rank: set with batching.dp_balance kk")):
+        res = run_packctl("plan", "--local", CONV, "--sample", 8, "--groups-on-rank", *args)
+        assert res.returncode == 1 and needle in res.stderr, res.stderr
+        assert b"INVALID_ARGUMENT" in res.stderr or b"invalid" in res.stderr.lower()
+    res = run_packctl("plan", "--local", CONV, "--dp", 1, "--group-size", 0)
+    assert res.returncode == 2 and b"--group-size" in res.stderr
 
 
 def test_help_and_version():

@@ -4,6 +4,8 @@
     client = packd.Client("127.0.0.1:50051")      # or packd.Client.local()
     plan = client.plan(lengths, dp=8, max_tokens=32768)
     plan[0].micro_batches[0].cu_seqlens_padded     # numpy views
+    cal = packd.calibrate("timings.jsonl")         # cost model from packd.timing records
+    client.plan(lengths, dp=8, max_tokens=32768, cost=cal)
 
 Submodules load lazily (PEP 562): ``import packd`` is cheap and never pulls
 in the gRPC stubs, libpackd.so or the GPU binding (``packd.gpu``) until they
@@ -29,10 +31,13 @@ _LAZY = {
     "Unavailable": ("errors", "Unavailable"),
     "DeadlineExceeded": ("errors", "DeadlineExceeded"),
     "Internal": ("errors", "Internal"),
+    "Cost": ("calibration", "Cost"),
+    "Calibration": ("calibration", "Calibration"),
+    "calibrate": ("calibration", "calibrate"),
 }
-_SUBMODULES = ("layout", "verl", "roll", "gpu", "errors", "client", "plan")
+_SUBMODULES = ("layout", "verl", "roll", "gpu", "errors", "client", "plan", "calibration", "timing")
 
-__all__ = sorted(_LAZY) + ["layout", "verl", "roll"]
+__all__ = sorted(_LAZY) + ["layout", "verl", "roll", "timing"]
 
 
 def __getattr__(name):

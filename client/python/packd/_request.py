@@ -135,9 +135,28 @@ def uint_array(values, name: str, bits: int) -> list:
     return a.tolist()
 
 
-def build(lengths, loss_tokens=None, groups=None, **fields):
-    """A PlanRequest from arrays and keyword fields. Unknown keywords raise
-    TypeError like any Python call; bad values raise InvalidArgument."""
+_COST_FIELDS = ("linear", "quadratic", "per_sequence", "per_micro_batch")
+
+
+def cost_fields(cost, fields: dict) -> dict:
+    """The Cost keywords of ``cost=`` (a packd.Cost, a packd.Calibration, a
+    packd.v1.Cost or a mapping of its fields; packd.Cost.coerce), refused
+    beside any of those keywords set one by one."""
+    from .calibration import Cost
+
+    given = [k for k in _COST_FIELDS if fields.get(k)]
+    if given:
+        raise InvalidArgument(f"cost: give cost= or the fields {', '.join(_COST_FIELDS)} one by one, "
+                              f"not both (got cost= and {given[0]}={fields[given[0]]!r})")
+    return Cost.coerce(cost).fields()
+
+
+def build(lengths, loss_tokens=None, groups=None, cost=None, **fields):
+    """A PlanRequest from arrays and keyword fields (``cost``: the four Cost
+    fields at once, see cost_fields). Unknown keywords raise TypeError like
+    any Python call; bad values raise InvalidArgument."""
+    if cost is not None:
+        fields.update(cost_fields(cost, fields))
     pb = _stubs.pb2()
     req = pb.PlanRequest()
     req.lengths.extend(uint_array(lengths, "lengths", 32))

@@ -213,9 +213,14 @@ class Client:
         micro_algo="auto",
         order="cost_desc",
         keep_groups: bool = False,
-        # Cost.
+        groups_on_rank: bool = False,
+        # Cost: a packd.Cost, packd.Calibration, packd.v1.Cost or mapping as
+        # cost=, or the fields one by one.
+        cost=None,
         linear: float = 0.0,
         quadratic: float = 0.0,
+        per_sequence: float = 0.0,
+        per_micro_batch: float = 0.0,
         # Layout.
         align: int = 0,
         pad_multiple: int = 0,
@@ -226,7 +231,10 @@ class Client:
         """Plans one global batch. Keywords are the PlanRequest fields
         (proto names and defaults; 0 means the proto's default). ``dp`` is
         required (>= 1). Enums take short names ("kk_equal"), proto names
-        or numbers. Raises a PlanError subclass (InvalidArgument,
+        or numbers. ``cost`` sets linear, quadratic, per_sequence and
+        per_micro_batch at once (a packd.Cost, the packd.Calibration of
+        packd.calibrate, a packd.v1.Cost or a mapping of its fields).
+        Raises a PlanError subclass (InvalidArgument,
         FailedPrecondition, ...) carrying the server's message."""
         fields = dict(
             job=job, dp=dp, tp=tp, cp=cp, pp=pp, vpp=vpp, cp_algo=cp_algo,
@@ -235,11 +243,13 @@ class Client:
             dp_balance=dp_balance, equal_count=equal_count, mode=mode, max_tokens=max_tokens,
             max_seqs=max_seqs, micro_batch_size=micro_batch_size,
             min_micro_batches=min_micro_batches, round=round, micro_algo=micro_algo, order=order,
-            keep_groups=keep_groups, linear=linear, quadratic=quadratic, align=align,
+            keep_groups=keep_groups, groups_on_rank=groups_on_rank, linear=linear,
+            quadratic=quadratic, per_sequence=per_sequence, per_micro_batch=per_micro_batch,
+            align=align,
             pad_multiple=pad_multiple, total_multiple=total_multiple, fixed_shape=fixed_shape,
             seed=seed,
         )
-        request = _request.build(lengths, loss_tokens, groups, **fields)
+        request = _request.build(lengths, loss_tokens, groups, cost=cost, **fields)
         return self.plan_request(request, lengths=request.lengths)
 
     def rank_plan(self, plan_id: str, rank: int) -> RankPlan:

@@ -135,11 +135,14 @@ static inline Packd__V1__PlanRequest *fx_random_request(uint64_t *s) {
     b->micro_algo = (Packd__V1__MicroAlgo)fx_below(s, 7);
     b->order = (Packd__V1__Order)fx_below(s, 4);
     b->keep_groups = fx_below(s, 2);
+    b->groups_on_rank = fx_below(s, 2);
   }
   if (fx_below(s, 4)) {
     Packd__V1__Cost *c = fx_cost(m);
     c->linear = (double)fx_below(s, 1000) / 7.0;
     c->quadratic = (double)fx_below(s, 1000) / 123456.0;
+    c->per_sequence = fx_below(s, 2) ? (double)fx_below(s, 1000) / 3.0 : 0;
+    c->per_micro_batch = fx_below(s, 2) ? (double)fx_below(s, 1000) / 9.0 : 0;
   }
   if (fx_below(s, 4)) {
     Packd__V1__Layout *l = fx_layout(m);

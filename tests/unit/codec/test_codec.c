@@ -68,10 +68,13 @@ static void assert_request_matches(const Packd__V1__PlanRequest *m, const pk_req
   assert_int_equal(r->batching.micro_algo, (uint32_t)b->micro_algo);
   assert_int_equal(r->batching.order, (uint32_t)b->order);
   assert_int_equal(r->batching.keep_groups, b->keep_groups != 0);
+  assert_int_equal(r->batching.groups_on_rank, b->groups_on_rank != 0);
   const Packd__V1__Cost c0 = PACKD__V1__COST__INIT;
   const Packd__V1__Cost *c = m->cost != NULL ? m->cost : &c0;
   assert_true(r->cost.linear == c->linear);
   assert_true(r->cost.quadratic == c->quadratic);
+  assert_true(r->cost.per_sequence == c->per_sequence);
+  assert_true(r->cost.per_micro_batch == c->per_micro_batch);
   const Packd__V1__Layout l0 = PACKD__V1__LAYOUT__INIT;
   const Packd__V1__Layout *l = m->layout != NULL ? m->layout : &l0;
   assert_int_equal(r->layout.align, l->align);
@@ -291,8 +294,11 @@ static void test_plan_id_each_field(void **state) {
   CHANGED(fx_batching(m)->micro_algo = 3, fx_batching(m)->micro_algo = 0);
   CHANGED(fx_batching(m)->order = 2, fx_batching(m)->order = 0);
   CHANGED(fx_batching(m)->keep_groups = 1, fx_batching(m)->keep_groups = 0);
+  CHANGED(fx_batching(m)->groups_on_rank = 1, fx_batching(m)->groups_on_rank = 0);
   CHANGED(fx_cost(m)->linear = 2, fx_cost(m)->linear = 0);
   CHANGED(fx_cost(m)->quadratic = 1e-3, fx_cost(m)->quadratic = 0);
+  CHANGED(fx_cost(m)->per_sequence = 40, fx_cost(m)->per_sequence = 0);
+  CHANGED(fx_cost(m)->per_micro_batch = 400, fx_cost(m)->per_micro_batch = 0);
   CHANGED(fx_layout(m)->align = 8, fx_layout(m)->align = 0);
   CHANGED(fx_layout(m)->pad_multiple = 8, fx_layout(m)->pad_multiple = 0);
   CHANGED(fx_layout(m)->total_multiple = 8, fx_layout(m)->total_multiple = 0);

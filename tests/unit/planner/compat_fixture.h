@@ -1,8 +1,9 @@
 /* Test fixture for the compatibility algorithms (test_compat_*.c): builds a
  * pk_cfg_t and a pk_ctx_t from a list of lengths the way the planner does
  * (size = aligned length, or row width rounded to lcm(round, A) in PADDED
- * mode; cost = linear * a + quadratic * a^2) and checks assignments against
- * the plan rules. The fixture owns its arrays; fx_free releases them. */
+ * mode; cost = pk_slot_cost: per_sequence + linear * a + quadratic * a^2)
+ * and checks assignments against the plan rules. The fixture owns its
+ * arrays; fx_free releases them. */
 #ifndef PK_COMPAT_FIXTURE_H
 #define PK_COMPAT_FIXTURE_H
 
@@ -65,7 +66,7 @@ static inline void fx_build(fx_t *f) {
   for (uint32_t k = 0; k < f->n; k++) {
     uint64_t a = fx_round_up(f->len[k], m);
     f->size[k] = a;
-    f->cost[k] = f->cfg.lin * (double)a + f->cfg.quad * (double)a * (double)a;
+    f->cost[k] = pk_slot_cost(&f->cfg, a);
   }
   f->ctx = (pk_ctx_t){
       .cfg = &f->cfg, .n = f->n, .idx = f->idx, .size = f->size, .cost = f->cost, .len = f->len};

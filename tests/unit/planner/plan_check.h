@@ -62,6 +62,15 @@ static inline void check_plan(const pk_request_t *req, const pk_plan_t *plan) {
                        ? req->parallel.microbatch_group
                        : ((req->parallel.vpp > 1) ? (req->parallel.pp ? req->parallel.pp : 1) : 1);
   uint32_t min_micro = req->batching.min_micro_batches ? req->batching.min_micro_batches : 1;
+  /* The cost model with its defaults: a micro-batch costs per_micro_batch
+   * plus, for every slot of a aligned tokens, per_sequence + lin a + quad
+   * a^2. */
+  double lin = req->cost.linear, quad = req->cost.quadratic;
+  if (lin == 0 && quad == 0) {
+    lin = 1;
+    quad = 1.0 / 24576;
+  }
+  double total_cost = 0, step_cost = 0;
   assert_true(align > 0);
   assert_int_equal(plan->dp, dp);
   assert_int_equal(plan->mini_batches, nmini);
@@ -87,6 +96,7 @@ static inline void check_plan(const pk_request_t *req, const pk_plan_t *plan) {
         assert_int_equal(mb->cu_seqlens[0], 0);
         assert_int_equal(mb->cu_seqlens_padded[0], 0);
         uint64_t tokens = 0;
+        double cost = req->cost.per_micro_batch;
         for (uint32_t q = 0; q < mb->nseqs; q++) {
           uint32_t s = mb->seqs[q];
           assert_true(s < req->n);
@@ -101,6 +111,7 @@ static inline void check_plan(const pk_request_t *req, const pk_plan_t *plan) {
           assert_int_equal(mb->cu_seqlens[q + 1] - mb->cu_seqlens[q], (int32_t)len);
           int32_t slot = mb->cu_seqlens_padded[q + 1] - mb->cu_seqlens_padded[q];
           assert_true(slot >= (int32_t)len);
+          cost += req->cost.per_sequence + lin * slot + quad * (double)slot * slot;
           assert_int_equal(mb->cu_seqlens_padded[q + 1] % (int32_t)align, 0);
           if (req->batching.mode != PK_MODE_PADDED && q + 1 < mb->nseqs)
             assert_int_equal(slot, (int32_t)test_round_up(len, align));
@@ -116,7 +127,17 @@ static inline void check_plan(const pk_request_t *req, const pk_plan_t *plan) {
         if (req->layout.total_multiple > 1)
           assert_int_equal(mb->padded_tokens % req->layout.total_multiple, 0);
         loss_sum += mb->loss_scale;
+        if (fabs(mb->cost - cost) > 1e-9 * (1 + cost))
+          fail_msg("rank %u mini %u micro %u: cost %.9g, the cost model gives %.9g", r, m, j,
+                   mb->cost, cost);
+        total_cost += cost;
       }
+    }
+    for (uint32_t j = 0; j < count; j++) {
+      double level = 0;
+      for (uint32_t r = 0; r < dp; r++)
+        level = fmax(level, pk_plan_cell(plan, r, m)->micros[j].cost);
+      step_cost += level;
     }
     if (loss_tokens > 0)
       assert_true(fabs(loss_sum - 1.0) < 1e-9);
@@ -128,6 +149,8 @@ static inline void check_plan(const pk_request_t *req, const pk_plan_t *plan) {
       assert_int_equal(per_rank[r], per_rank[0]);
   /* The bounds are proven, so no plan of any algorithm beats them. */
   const pk_stats_t *st = &plan->stats;
+  assert_true(fabs(st->total_cost - total_cost) <= 1e-9 * (1 + total_cost));
+  assert_true(fabs(st->step_cost - step_cost) <= 1e-9 * (1 + step_cost));
   assert_true(st->micro_batches_per_rank >= st->micro_batches_lower_bound);
   assert_true(st->step_cost >= st->step_cost_lower_bound * (1 - 1e-9));
   assert_true(st->lockstep_efficiency <= st->lockstep_efficiency_bound + 1e-9);

@@ -25,10 +25,8 @@ static double step_cost(const search_t *s) {
     double level = 0;
     for (uint32_t r = 0; r < cfg->dp; r++) {
       const pk_bin_t *b = &s->bins[r * s->m + j];
-      double c = cfg->mode == PK_MODE_PADDED
-                     ? (double)b->count * (cfg->lin * (double)b->width +
-                                           cfg->quad * (double)b->width * (double)b->width)
-                     : b->cost;
+      double c =
+          cfg->mode == PK_MODE_PADDED ? (double)b->count * pk_slot_cost(cfg, b->width) : b->cost;
       level = c > level ? c : level;
     }
     step += level;
@@ -308,6 +306,67 @@ static void test_bounds_packed_wide(void **state) {
   }
 }
 
+/* per_sequence ((h) in bounds.c): every item costs per_sequence on top of
+ * its token part, so small items cost the most per token and the holds
+ * count them apart. Random small batches in both modes, with zero-length
+ * items, max_seqs and no cap among them, and per_sequence from a fraction
+ * of a token's cost to far above a whole item's: the step bound never
+ * exceeds the exhaustive optimum. */
+static void test_bounds_per_sequence(void **state) {
+  (void)state;
+  static const double seqs[] = {0.5, 4, 40, 4000};
+  uint64_t seed = 0x70657273ull;
+  for (int iter = 0; iter < 1200; iter++) {
+    uint32_t mode = fx_below(&seed, 2) ? PK_MODE_PADDED : PK_MODE_PACKED;
+    uint32_t dp = 1 + fx_below(&seed, 3);
+    uint32_t n = dp + 1 + fx_below(&seed, 8 - dp); /* dp + 1 .. 8 */
+    uint64_t cap = fx_below(&seed, 6) == 0 ? 0 : 20 + fx_below(&seed, 80);
+    uint32_t top = cap ? (uint32_t)cap : 100, lens[8];
+    for (uint32_t i = 0; i < n; i++) {
+      uint32_t kind = fx_below(&seed, 8);
+      lens[i] = kind == 0  ? 0
+                : kind < 3 ? top / 2 + 1 + fx_below(&seed, top - top / 2)
+                           : 1 + fx_below(&seed, top / 4 + 1);
+    }
+    fx_t f;
+    fx_init(&f, lens, n, dp, mode, cap);
+    f.cfg.lin = fx_below(&seed, 3) ? 1 : 0;
+    f.cfg.quad = fx_below(&seed, 2) ? 0.01 : (f.cfg.lin == 0 ? 1 : 0);
+    f.cfg.seq = seqs[fx_below(&seed, 4)];
+    if (fx_below(&seed, 4) == 0)
+      f.cfg.max_seqs = 1 + fx_below(&seed, 3);
+    fx_build(&f);
+    for (uint32_t m = 1; dp * m <= n && dp * m <= 7; m++)
+      optimum_above_bound(&f, m, iter);
+    fx_free(&f);
+  }
+}
+
+/* (h) by hand: items 100, 80, 40, 40 and 20 on 2 ranks x 2 micro-batches,
+ * cap 100, cost a^2 + 1000 per sequence (11000, 7400, 2600, 2600, 1400;
+ * 25000 in all). The optimum is 13600: [100] beside [80, 20], then [40]
+ * and [40]. Taking whole costs per token largest first, the 80's room of
+ * 20 tokens held half a 40 (1300), less than the 20 there costs (1400), and
+ * the bound was 11000 + (25000 - 19700) / 2 = 13650, above the optimum.
+ * Token parts first (20 tokens of a 40: 800) and per_sequence for the
+ * three smallest items one micro-batch holds (20, 40, 40) give the
+ * optimum. */
+static void test_step_bound_per_sequence(void **state) {
+  (void)state;
+  uint32_t lens[] = {40, 100, 20, 80, 40};
+  fx_t f;
+  fx_init(&f, lens, 5, 2, PK_MODE_PACKED, 100);
+  f.cfg.lin = 0;
+  f.cfg.quad = 1;
+  f.cfg.seq = 1000;
+  fx_build(&f);
+  assert_true(fabs(brute_force(&f, 2) - 13600) < 1e-6);
+  double bound = pk_step_lower_bound(&f.ctx, 2, INFINITY);
+  if (fabs(bound - 13600) > 1e-6)
+    fail_msg("step bound %.6f, expected the optimum 13600", bound);
+  fx_free(&f);
+}
+
 /* One rank, cap 100: the count bound under max_seqs is `fewest`, and the
  * exhaustive search finds no plan with one fewer and one with that many. */
 static void check_count_bound(const uint32_t *lens, uint32_t n, uint32_t max_seqs,
@@ -408,6 +467,8 @@ int main(void) {
       cmocka_unit_test(test_step_bound_room_density),
       cmocka_unit_test(test_bounds_packed_wide),
       cmocka_unit_test(test_bound_count_beside_wide),
+      cmocka_unit_test(test_bounds_per_sequence),
+      cmocka_unit_test(test_step_bound_per_sequence),
       cmocka_unit_test(test_step_bound_memo),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

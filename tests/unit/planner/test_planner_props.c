@@ -80,6 +80,16 @@ static void random_request(test_rng_t *r, pk_request_t *req, uint32_t *lengths, 
     req->layout.fixed_shape = test_below(r, 4) == 0;
   }
   req->seed = test_next(r);
+  /* The cost model, a third of the time with per_sequence and
+   * per_micro_batch, drawn from a stream of its own (seeded by the request)
+   * so that the draws above stay those of the other fields. */
+  test_rng_t c = {req->seed ^ 0x636f7374ull};
+  if (test_below(&c, 3) == 0) {
+    req->cost.linear = test_below(&c, 2) ? 1.0 : 0.0;
+    req->cost.quadratic = test_below(&c, 2) ? 1.0 / 24576 : 1.0 / 32;
+    req->cost.per_sequence = test_below(&c, 2) ? 64 * test_uniform(&c) : 65536 * test_uniform(&c);
+    req->cost.per_micro_batch = test_below(&c, 2) ? 0 : 4096 * test_uniform(&c);
+  }
 }
 
 static void test_random_requests(void **state) {
@@ -113,7 +123,9 @@ static void test_random_requests(void **state) {
   assert_true(refused > 10);
 }
 
-/* Every dp_balance x micro_algo pair on one heavy-tailed batch. */
+/* Every dp_balance x micro_algo pair on one heavy-tailed batch (SHARED_CUTS
+ * only where it is valid: PADDED with the sorted stride, or AUTO meaning
+ * it). */
 static void test_every_algorithm_pair(void **state) {
   (void)state;
   test_rng_t r = {7};
@@ -134,6 +146,9 @@ static void test_every_algorithm_pair(void **state) {
           req.batching.equal_count = eq;
           req.batching.max_tokens = 16384;
           req.batching.round = 128;
+          if (m == PK_MICRO_SHARED_CUTS &&
+              (mode != PK_MODE_PADDED || (d != PK_DP_AUTO && d != PK_DP_SORTED_STRIDE)))
+            continue;
           assert_int_equal(plan_and_check(&req, NULL), 0);
         }
 }
@@ -397,9 +412,9 @@ static void test_auto_padded_levels(void **state) {
   assert_true(st.step_cost <= st.step_cost_lower_bound * (1 + 1e-9));
 }
 
-/* Small random PADDED batches (zero lengths, max_seqs, rounding, tiny caps)
- * through AUTO: every rule holds, the count is the bound, and no plan is
- * below the proven step bound. */
+/* Small random PADDED batches (zero lengths, max_seqs, rounding, tiny caps,
+ * per_sequence and per_micro_batch) through AUTO: every rule holds, the
+ * count is the bound, and no plan is below the proven step bound. */
 static void test_auto_padded_random(void **state) {
   (void)state;
   test_rng_t r = {4242};
@@ -418,6 +433,10 @@ static void test_auto_padded_random(void **state) {
     req.batching.round = test_below(&r, 3) == 0 ? 4 : 1;
     req.cost.linear = 1;
     req.cost.quadratic = test_below(&r, 2) ? 1.0 / 32 : 0;
+    /* per_sequence and per_micro_batch on a third and a fifth of the
+     * batches (by the iteration: the draws above stay as they were). */
+    req.cost.per_sequence = iter % 3 ? 0 : iter % 2 ? 5 : 300;
+    req.cost.per_micro_batch = iter % 5 ? 0 : 17;
     pk_stats_t st;
     if (plan_and_check(&req, &st) != 0)
       continue;
@@ -428,8 +447,59 @@ static void test_auto_padded_random(void **state) {
   assert_true(planned > 2000);
 }
 
+/* per_micro_batch is paid once by every micro-batch, the same on every plan
+ * with the same count: plans do not change, and the step cost and its
+ * bound rise by M x per_micro_batch (M micro-batches per rank), the total
+ * by dp x M x per_micro_batch. per_sequence is paid by every sequence, and
+ * AUTO balances it with the tokens: with a large one, counts of short
+ * sequences weigh as much as tokens; every bound stays below the plan
+ * (check_plan). */
+static void test_cost_per_micro_batch_and_sequence(void **state) {
+  (void)state;
+  enum { N = 2048 };
+  static uint32_t lengths[N];
+  test_rng_t r = {99};
+  for (uint32_t i = 0; i < N; i++)
+    lengths[i] = test_below(&r, 4) ? 1 + test_below(&r, 300) : test_rl_length(&r, 8192);
+  for (uint32_t mode = 0; mode < 2; mode++) {
+    pk_request_t req = {.lengths = lengths, .n = N};
+    req.parallel.dp = 8;
+    req.batching.max_tokens = 16384;
+    req.batching.mode = mode;
+    req.batching.mini_batches = 2;
+    pk_plan_t *a = NULL, *b = NULL;
+    char err[256];
+    assert_int_equal(pk_plan(&req, &a, err, sizeof err), 0);
+    req.cost.per_micro_batch = 250;
+    assert_int_equal(pk_plan(&req, &b, err, sizeof err), 0);
+    check_plan(&req, b);
+    check_same_plan(a, b);
+    double m = b->stats.micro_batches_per_rank;
+    assert_true(fabs(b->stats.step_cost - a->stats.step_cost - 250 * m) < 1e-6);
+    assert_true(fabs(b->stats.step_cost_lower_bound - a->stats.step_cost_lower_bound - 250 * m) <
+                1e-6);
+    assert_true(fabs(b->stats.total_cost - a->stats.total_cost - 250 * m * 8) < 1e-6);
+    pk_plan_free(a);
+    pk_plan_free(b);
+    /* per_sequence from none, through a tenth of a short sequence's
+     * tokens, to many times a long one's. */
+    static const double seqs[] = {0, 10, 1000, 100000};
+    for (int s = 0; s < 4; s++) {
+      req.cost.per_sequence = seqs[s];
+      pk_stats_t st;
+      assert_int_equal(plan_and_check(&req, &st), 0);
+      print_message("mode %u per_sequence %g: step %.1f, bound %.1f\n", mode, seqs[s], st.step_cost,
+                    st.step_cost_lower_bound);
+      /* PACKED AUTO stays near the bound (PADDED leaves more: rows of
+       * unlike width, each paying per_sequence, rarely level). */
+      if (mode == PK_MODE_PACKED)
+        assert_true(st.step_cost <= 1.01 * st.step_cost_lower_bound);
+    }
+  }
+}
+
 /* Zero-length sequences are planned like any other: one index, a zero-width
- * slot, no cost, no loss. */
+ * slot, no token cost (per_sequence only), no loss. */
 static void test_zero_length_sequences(void **state) {
   (void)state;
   uint32_t lengths[] = {0, 5, 0, 7, 0, 0, 3, 9};
@@ -449,6 +519,14 @@ static void test_zero_length_sequences(void **state) {
   assert_int_equal(pk_plan(&req, &p, err, sizeof err), 0);
   check_plan(&req, p);
   assert_int_equal(p->stats.tokens, 0);
+  assert_true(p->stats.total_cost == 0);
+  pk_plan_free(p);
+  /* per_sequence is paid by zero-length sequences too (check_plan checks
+   * every micro-batch's cost against the model). */
+  req.cost.per_sequence = 7;
+  assert_int_equal(pk_plan(&req, &p, err, sizeof err), 0);
+  check_plan(&req, p);
+  assert_true(fabs(p->stats.total_cost - 4 * 7) < 1e-12);
   pk_plan_free(p);
 }
 
@@ -459,6 +537,7 @@ int main(void) {
       cmocka_unit_test(test_real_workloads),
       cmocka_unit_test(test_auto_quality),
       cmocka_unit_test(test_zero_length_sequences),
+      cmocka_unit_test(test_cost_per_micro_batch_and_sequence),
       cmocka_unit_test(test_auto_tight_fill),
       cmocka_unit_test(test_auto_lowers_across_columns),
       cmocka_unit_test(test_auto_exchanges_across_columns),

@@ -99,8 +99,15 @@ static void test_batching(void **state) {
   req.batching.dp_balance = 9;
   expect_error(&req, PK_EINVAL, "batching.dp_balance", "9");
   req = base_request();
-  req.batching.micro_algo = 6;
-  expect_error(&req, PK_EINVAL, "batching.micro_algo", "6");
+  req.batching.micro_algo = 7;
+  expect_error(&req, PK_EINVAL, "batching.micro_algo", "7");
+  /* SHARED_CUTS cuts the sorted stride's PADDED rows. */
+  req = base_request();
+  req.batching.micro_algo = PK_MICRO_SHARED_CUTS;
+  expect_error(&req, PK_EINVAL, "batching.mode", "packed");
+  req.batching.mode = PK_MODE_PADDED;
+  req.batching.dp_balance = PK_DP_LPT;
+  expect_error(&req, PK_EINVAL, "batching.dp_balance", "lpt");
   req = base_request();
   req.batching.mode = 3;
   expect_error(&req, PK_EINVAL, "batching.mode", "3");
@@ -170,6 +177,18 @@ static void test_layout_and_cost(void **state) {
   req = base_request();
   req.cost.quadratic = NAN;
   expect_error(&req, PK_EINVAL, "cost.quadratic", "nan");
+  req = base_request();
+  req.cost.per_sequence = -0.5;
+  expect_error(&req, PK_EINVAL, "cost.per_sequence", "-0.5");
+  req = base_request();
+  req.cost.per_sequence = INFINITY;
+  expect_error(&req, PK_EINVAL, "cost.per_sequence", "inf");
+  req = base_request();
+  req.cost.per_micro_batch = NAN;
+  expect_error(&req, PK_EINVAL, "cost.per_micro_batch", "nan");
+  req = base_request();
+  req.cost.per_micro_batch = -3;
+  expect_error(&req, PK_EINVAL, "cost.per_micro_batch", "-3");
 }
 
 static void test_errors_without_buffer(void **state) {
