@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Builds packd twice and runs every test:
-#   build/       release build: integration tests, Python tests, GPU host tests
-#   build-asan/  AddressSanitizer + UBSan build: all C unit tests
+# Builds packd three ways and runs every test (warnings are errors in all):
+#   build/          RelWithDebInfo: integration tests, Python tests, GPU host tests
+#   build-asan/     AddressSanitizer + UBSan build: all C unit tests
+#   build-release/  Release (-O3, what packagers build): compiled only
 # GPU tests that need a device skip with a message when there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,11 +10,16 @@ JOBS=${JOBS:-$(nproc)}
 PY=${PY:-/usr/bin/python3}
 
 echo "== build (release)"
-cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPK_WERROR=ON >/dev/null
 cmake --build build -j "$JOBS"
 
+echo "== build (Release, -O3)"
+cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DPK_WERROR=ON -DPK_BUILD_BENCH=OFF \
+  -DPK_GPU_CUDA=OFF >/dev/null
+cmake --build build-release -j "$JOBS"
+
 echo "== build (asan+ubsan)"
-cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPK_SANITIZE=ON -DPK_BUILD_BENCH=OFF \
+cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPK_SANITIZE=ON -DPK_WERROR=ON -DPK_BUILD_BENCH=OFF \
   -DPK_GPU_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$JOBS"
 
@@ -28,5 +34,10 @@ echo "== integration and GPU-host tests (release build)"
 echo "== Python tests"
 if [ -d tests/python ]; then
   PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/python
+fi
+
+echo "== packed == padded on a torch model (tests/e2e)"
+if [ -d tests/e2e ]; then
+  PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/e2e
 fi
 echo "== all tests passed"

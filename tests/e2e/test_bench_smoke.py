@@ -1,0 +1,40 @@
+"""bench/e2e/run.py --smoke: the timed comparison runs end to end on a tiny
+model (so the bench cannot rot), prints a row per algorithm, and writes
+every measured micro-batch as a JSON line {"lengths": [...], "seconds": t}."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+ALGOS = ["packd auto", "packd auto, model cost", "packd auto, calibrated", "verl", "MindSpeed-RL", "NeMo-RL", "slime (approx.)", "ROLL"]
+
+
+def test_bench_smoke(tmp_path):
+    timings = tmp_path / "timings.jsonl"
+    table = tmp_path / "table.md"
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "e2e" / "run.py"), "--smoke", "--timings", str(timings),
+         "--out", str(table)],
+        cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| rollout | 2 |")]
+    assert [ln.split(" | ")[2] for ln in rows] == ALGOS
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert int(cells[3]) >= 1 and float(cells[4]) > 0  # micro-batches per rank, measured step
+    assert table.read_text().strip() == proc.stdout.strip()
+    assert "calibrated (packd.calibrate on the first phase's" in proc.stdout and "MAPE" in proc.stdout
+    lines = timings.read_text().splitlines()
+    assert lines
+    seen = set()
+    for ln in lines:
+        rec = json.loads(ln)
+        assert set(rec) == {"lengths", "seconds"}
+        assert rec["lengths"] and all(isinstance(x, int) and x > 0 for x in rec["lengths"])
+        assert sum(rec["lengths"]) <= 128 and rec["seconds"] > 0  # the smoke cap
+        key = tuple(sorted(rec["lengths"]))
+        assert key not in seen, "each distinct micro-batch once"
+        seen.add(key)
