@@ -12,10 +12,17 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 PACKAGES=(
   # Toolchain.
   build-essential cmake pkg-config git clang-format valgrind
+  # libFuzzer targets (tests/fuzz, scripts/fuzz.sh): clang-14, libFuzzer and
+  # the ASan/UBSan runtimes (libclang-rt-14-dev is only a recommendation of
+  # clang-14, which --no-install-recommends skips).
+  clang-14 libfuzzer-14-dev libclang-rt-14-dev
   # gRPC C core, protobuf-c, libuv: the service and the C client.
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
   # Standard formats: plan ids (xxhash), JSON (jansson), HTTP (http-parser).
   libxxhash-dev libjansson-dev libhttp-parser-dev
+  # The shared plan store (--plan-store): the hiredis client library, and a
+  # real redis-server for tests/python/test_plan_store.py and bench/store.
+  libhiredis-dev redis-server
   # Tests: cmocka for C, pytest with Debian's grpcio/protobuf/numpy for Python.
   libcmocka-dev protobuf-compiler protobuf-compiler-grpc
   python3 python3-grpcio python3-protobuf python3-pytest python3-numpy python3-scipy

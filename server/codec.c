@@ -409,7 +409,10 @@ int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *re
   rc = pk_codec_decode_request(req, req_len, &msg, &r, err, errlen);
   PK_CODEC_CHECK(rc == PK_OK, rc);
   pk_codec_plan_id(msg, id, sizeof id);
-  rc = pk_plan(&r, &plan, err, errlen);
+  /* The server's default limits: the embedded mode refuses what it would. */
+  const pk_limits_t limits = {.max_sequences = PK_DEFAULT_MAX_SEQUENCES,
+                              .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES};
+  rc = pk_plan_limited(&r, &limits, &plan, err, errlen);
   PK_CODEC_CHECK(rc == PK_OK, rc);
   rc = pk_codec_encode_plan(plan, id, &out);
   if (rc != PK_OK)

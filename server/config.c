@@ -11,8 +11,25 @@
 #include <unistd.h>
 
 #include "pk_error.h"
+#include "pk_planner.h"
+#include "store_format.h"
 
-typedef enum { K_HOSTPORT, K_INT, K_BYTES, K_SECONDS, K_LEVEL, K_FLAG } kind_t;
+_Static_assert(PK_CONFIG_URL_MAX == PK_STORE_URL_MAX, "one URL bound");
+_Static_assert(PK_CONFIG_PREFIX_MAX == PK_STORE_PREFIX_MAX, "one prefix bound");
+
+/* K_URL: a plan store URL, checked by pk_store_url_parse; K_PATH: a file
+ * name, read later; K_PREFIX: a store key prefix. */
+typedef enum {
+  K_HOSTPORT,
+  K_INT,
+  K_BYTES,
+  K_SECONDS,
+  K_LEVEL,
+  K_FLAG,
+  K_URL,
+  K_PATH,
+  K_PREFIX
+} kind_t;
 
 typedef struct setting {
   const char *flag; /* Without the leading "--". */
@@ -36,6 +53,10 @@ static const setting_t k_settings[] = {
      "calls accepted and not finished; beyond it RESOURCE_EXHAUSTED"},
     {"max-message-bytes", "PACKD_MAX_MESSAGE_BYTES", K_BYTES, OFF(max_message_bytes), 1024,
      INT32_MAX, "largest gRPC message received or sent (suffix K, M, G)"},
+    {"max-sequences", "PACKD_MAX_SEQUENCES", K_INT, OFF(max_sequences), 0, 1 << 25,
+     "sequences per Plan request; more get RESOURCE_EXHAUSTED before planning (0: no limit)"},
+    {"max-plan-bytes", "PACKD_MAX_PLAN_BYTES", K_BYTES, OFF(max_plan_bytes), 0, INT64_MAX,
+     "estimated plan size above which a Plan is refused before planning (0: no limit)"},
     {"cache-bytes", "PACKD_CACHE_BYTES", K_BYTES, OFF(cache_bytes), 0, INT64_MAX,
      "plan cache bound in bytes; 0 disables GetRankPlan"},
     {"cache-ttl", "PACKD_CACHE_TTL", K_SECONDS, OFF(cache_ttl), 0, 0,
@@ -46,6 +67,12 @@ static const setting_t k_settings[] = {
      "seconds Health reports NOT_SERVING before the listener closes"},
     {"log-level", "PACKD_LOG_LEVEL", K_LEVEL, OFF(log_level), 0, 0,
      "debug, info, warn, error or off"},
+    {"plan-store", "PACKD_PLAN_STORE", K_URL, OFF(plan_store), 0, 0,
+     "redis://[:PASSWORD@]HOST:PORT[/DB] shared by replicas for GetRankPlan"},
+    {"plan-store-password-file", "PACKD_PLAN_STORE_PASSWORD_FILE", K_PATH,
+     OFF(plan_store_password_file), 0, 0, "file whose first line is the store's password"},
+    {"plan-store-prefix", "PACKD_PLAN_STORE_PREFIX", K_PREFIX, OFF(plan_store_prefix), 0, 0,
+     "prefix of every key packd writes to the store"},
     {"debug-delay-ms", "PACKD_DEBUG_DELAY_MS", K_INT, OFF(debug_delay_ms), 0, 600000,
      "testing only: sleep this long before handling each Plan"},
     {"help", NULL, K_FLAG, OFF(show_help), 0, 0, "print this text and exit"},
@@ -63,11 +90,16 @@ void pk_config_defaults(pk_server_config_t *cfg) {
   /* 64 MiB: a request with 1,000,000 sequences (lengths, loss tokens and
    * groups) is at most about 20 MB, and its plan about 16 MB. */
   cfg->max_message_bytes = 64LL << 20;
+  /* Refuse what cannot be answered before planning it: 4 Mi sequences
+   * plan in seconds; the estimate is compared with the largest message. */
+  cfg->max_sequences = (int)PK_DEFAULT_MAX_SEQUENCES;
+  cfg->max_plan_bytes = (int64_t)PK_DEFAULT_MAX_PLAN_BYTES;
   cfg->cache_bytes = 256LL << 20;
   cfg->cache_ttl = 300.0;
   cfg->grace_period = 10.0;
   cfg->drain_delay = 1.0;
   cfg->log_level = PK_LOG_INFO;
+  snprintf(cfg->plan_store_prefix, sizeof cfg->plan_store_prefix, "packd:");
 }
 
 int pk_parse_hostport(const char *s, char *host, size_t hostlen, int *port) {
@@ -222,8 +254,54 @@ static int apply(pk_server_config_t *cfg, const setting_t *st, const char *value
   case K_FLAG:
     *(bool *)field = true;
     return PK_OK;
+  case K_URL: {
+    pk_store_url_t u;
+    char why[400];
+    /* Empty turns the store off (a variable set by a template to ""). */
+    if (value[0] != '\0' && pk_store_url_parse(value, &u, why, sizeof why) != PK_OK) {
+      snprintf(err, errlen, "%s: %s", origin, why);
+      return PK_EINVAL;
+    }
+    snprintf(field, PK_CONFIG_URL_MAX, "%s", value);
+    return PK_OK;
+  }
+  case K_PATH:
+    if (strlen(value) >= PK_CONFIG_PATH_MAX) {
+      snprintf(err, errlen, "%s: the path is longer than %d characters", origin,
+               PK_CONFIG_PATH_MAX - 1);
+      return PK_EINVAL;
+    }
+    snprintf(field, PK_CONFIG_PATH_MAX, "%s", value);
+    return PK_OK;
+  case K_PREFIX:
+    if (pk_store_prefix_check(value) != PK_OK) {
+      snprintf(err, errlen, "%s: \"%.80s\" is not 1 to %d printable characters without spaces",
+               origin, value, PK_CONFIG_PREFIX_MAX - 1);
+      return PK_EINVAL;
+    }
+    snprintf(field, PK_CONFIG_PREFIX_MAX, "%s", value);
+    return PK_OK;
   }
   return PK_EINVAL;
+}
+
+/* Settings that are only wrong together. */
+static int check_plan_store(const pk_server_config_t *cfg, char *err, size_t errlen) {
+  if (cfg->plan_store_password_file[0] != '\0') {
+    pk_store_url_t u;
+    char why[400];
+    if (cfg->plan_store[0] == '\0') {
+      snprintf(err, errlen, "--plan-store-password-file is set but --plan-store is not");
+      return PK_EINVAL;
+    }
+    if (pk_store_url_parse(cfg->plan_store, &u, why, sizeof why) == PK_OK && u.has_password) {
+      snprintf(err, errlen,
+               "--plan-store has a password and --plan-store-password-file is set too; give it "
+               "in one place (the file keeps it out of the process list and the environment)");
+      return PK_EINVAL;
+    }
+  }
+  return PK_OK;
 }
 
 static const char *process_getenv(const char *name, void *user) {
@@ -289,17 +367,31 @@ int pk_config_load(pk_server_config_t *cfg, int argc, char *const *argv, pk_gete
     if (rc != PK_OK)
       return rc;
   }
-  return PK_OK;
+  return check_plan_store(cfg, err, errlen);
 }
 
 void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len) {
+  /* The store is named without its password. */
+  char store[PK_STORE_HOST_MAX + 32] = "off";
+  pk_store_url_t u;
+  char why[400];
+  if (cfg->plan_store[0] != '\0' &&
+      pk_store_url_parse(cfg->plan_store, &u, why, sizeof why) == PK_OK)
+    pk_store_url_describe(&u, store, sizeof store);
   snprintf(buf, len,
            "listen=%s metrics_listen=%s workers=%d max_inflight=%d max_message_bytes=%" PRId64
-           " cache_bytes=%" PRId64 " cache_ttl=%gs grace_period=%gs drain_delay=%gs log_level=%s%s",
+           " cache_bytes=%" PRId64
+           " cache_ttl=%gs grace_period=%gs drain_delay=%gs log_level=%s plan_store=%s%s%s%s",
            cfg->listen, cfg->metrics_listen, cfg->workers, cfg->max_inflight,
            cfg->max_message_bytes, cfg->cache_bytes, cfg->cache_ttl, cfg->grace_period,
-           cfg->drain_delay, pk_log_level_name(cfg->log_level),
+           cfg->drain_delay, pk_log_level_name(cfg->log_level), store,
+           cfg->plan_store[0] != '\0' ? " plan_store_prefix=" : "",
+           cfg->plan_store[0] != '\0' ? cfg->plan_store_prefix : "",
            cfg->debug_delay_ms > 0 ? " debug_delay_ms=set" : "");
+  size_t used = strnlen(buf, len);
+  if (used < len)
+    snprintf(buf + used, len - used, " max_sequences=%d max_plan_bytes=%" PRId64,
+             cfg->max_sequences, cfg->max_plan_bytes);
 }
 
 void pk_config_usage(FILE *out, const char *argv0) {
@@ -332,9 +424,16 @@ void pk_config_usage(FILE *out, const char *argv0) {
       snprintf(def, sizeof def, "%s", pk_log_level_name(*(const pk_log_level_t *)field));
       break;
     case K_FLAG:
+    case K_PATH:
+      break;
+    case K_URL:
+      snprintf(def, sizeof def, "none: plans stay on the server that made them");
+      break;
+    case K_PREFIX:
+      snprintf(def, sizeof def, "%s", field);
       break;
     }
-    fprintf(out, "  --%-18s %-24s %s", st->flag, st->env ? st->env : "", st->help);
+    fprintf(out, "  --%-24s %-30s %s", st->flag, st->env ? st->env : "", st->help);
     if (def[0] != '\0')
       fprintf(out, " (default %s)", def);
     fputc('\n', out);

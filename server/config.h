@@ -14,6 +14,9 @@
 #include "log.h"
 
 #define PK_HOSTPORT_MAX 256
+#define PK_CONFIG_URL_MAX 1024 /* Equal to PK_STORE_URL_MAX. */
+#define PK_CONFIG_PATH_MAX 1024
+#define PK_CONFIG_PREFIX_MAX 64 /* Equal to PK_STORE_PREFIX_MAX. */
 
 typedef struct pk_server_config {
   char listen[PK_HOSTPORT_MAX];         /* gRPC HOST:PORT; port 0 picks a free port. */
@@ -22,15 +25,20 @@ typedef struct pk_server_config {
   int max_inflight;                     /* Calls accepted and not finished; more get
                                          * RESOURCE_EXHAUSTED. */
   int64_t max_message_bytes;            /* gRPC receive and send limit, per message. */
+  int max_sequences;                    /* Plan requests with more are refused; 0: none. */
+  int64_t max_plan_bytes;               /* Plans estimated larger are refused; 0: none. */
   int64_t cache_bytes;                  /* Plan cache bound in bytes. */
   double cache_ttl;                     /* Plan cache age bound, seconds. */
   double grace_period;                  /* Seconds to finish calls after a signal. */
   double drain_delay;                   /* Seconds Health says NOT_SERVING before the
                                          * listener closes. */
   pk_log_level_t log_level;
-  int debug_delay_ms; /* Testing only: sleep before each Plan. */
-  bool show_help;     /* --help was given; print usage and exit 0. */
-  bool show_version;  /* --version was given. */
+  char plan_store[PK_CONFIG_URL_MAX]; /* redis:// URL of the shared plan store; "" = none. */
+  char plan_store_password_file[PK_CONFIG_PATH_MAX]; /* "" = the URL's password, if any. */
+  char plan_store_prefix[PK_CONFIG_PREFIX_MAX];      /* Key prefix in the store. */
+  int debug_delay_ms;                                /* Testing only: sleep before each Plan. */
+  bool show_help;                                    /* --help was given; print usage and exit 0. */
+  bool show_version;                                 /* --version was given. */
 } pk_server_config_t;
 
 /* Looks up an environment variable; returns NULL when unset. Tests pass their

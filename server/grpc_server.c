@@ -70,6 +70,7 @@ struct pk_grpc_server {
   pthread_t *threads;
   int nthreads;
   pk_plan_cache_t *cache;
+  pk_plan_store_t *store;
   pk_metrics_t *metrics;
   pk_stopped_fn on_stopped;
   void *user;
@@ -277,8 +278,11 @@ static void run_handler(call_ctx_t *ctx, pk_reply_t *reply) {
       .cache = s->cache,
       .metrics = s->metrics,
       .max_message_bytes = s->cfg.max_message_bytes,
+      .plan_limits = {.max_sequences = (uint64_t)s->cfg.max_sequences,
+                      .max_plan_bytes = (uint64_t)s->cfg.max_plan_bytes},
       .serving = atomic_load(&s->serving),
       .now = pk_monotonic_seconds(),
+      .store = s->store,
   };
   const uint8_t *p = GRPC_SLICE_START_PTR(bytes);
   size_t len = GRPC_SLICE_LENGTH(bytes);
@@ -401,14 +405,16 @@ static grpc_arg int_arg(const char *key, int value) {
 }
 
 int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
-                         pk_metrics_t *metrics, pk_stopped_fn on_stopped, void *user,
-                         pk_grpc_server_t **out, int *bound_port, char *err, size_t errlen) {
+                         pk_plan_store_t *store, pk_metrics_t *metrics, pk_stopped_fn on_stopped,
+                         void *user, pk_grpc_server_t **out, int *bound_port, char *err,
+                         size_t errlen) {
   *out = NULL;
   pk_grpc_server_t *s = calloc(1, sizeof *s);
   if (s == NULL)
     return PK_ENOMEM;
   s->cfg = *cfg;
   s->cache = cache;
+  s->store = store;
   s->metrics = metrics;
   s->on_stopped = on_stopped;
   s->user = user;

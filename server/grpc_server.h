@@ -10,8 +10,9 @@
  *   -> pk_grpc_server_shutdown (listener closes, calls in flight finish)
  *   -> [pk_grpc_server_cancel_all after the grace period]
  *   -> on_stopped callback (from a worker thread) -> pk_grpc_server_destroy.
- * The caller owns the cache and metrics and keeps them alive until after
- * pk_grpc_server_destroy; the server owns everything else it creates. */
+ * The caller owns the cache, the plan store (NULL: none) and the metrics
+ * and keeps them alive until after pk_grpc_server_destroy; the server owns
+ * everything else it creates. */
 #ifndef PK_GRPC_SERVER_H
 #define PK_GRPC_SERVER_H
 
@@ -21,6 +22,7 @@
 #include "config.h"
 #include "metrics.h"
 #include "plan_cache.h"
+#include "plan_store.h"
 
 typedef struct pk_grpc_server pk_grpc_server_t;
 
@@ -34,8 +36,9 @@ typedef void (*pk_stopped_fn)(void *user);
  * must have been called. Returns 0, or a negative pk_error code with a
  * message in err (a port that is taken fails loudly: SO_REUSEPORT is off). */
 int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
-                         pk_metrics_t *metrics, pk_stopped_fn on_stopped, void *user,
-                         pk_grpc_server_t **out, int *bound_port, char *err, size_t errlen);
+                         pk_plan_store_t *store, pk_metrics_t *metrics, pk_stopped_fn on_stopped,
+                         void *user, pk_grpc_server_t **out, int *bound_port, char *err,
+                         size_t errlen);
 
 /* What Health/Check and /readyz report. */
 void pk_grpc_server_set_serving(pk_grpc_server_t *s, bool serving);

@@ -141,7 +141,7 @@ void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
 
   double t0 = pk_monotonic_seconds();
   pk_plan_t *plan = NULL;
-  rc = pk_plan(&preq, &plan, err, sizeof err);
+  rc = pk_plan_limited(&preq, &env->plan_limits, &plan, err, sizeof err);
   double t1 = pk_monotonic_seconds();
   if (rc != PK_OK) {
     pk_codec_free_request(msg);
@@ -190,6 +190,17 @@ void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
     reply->bytes = pp.resp;
     reply->len = pp.resp_len;
     pp.resp = NULL;
+    if (env->store != NULL) {
+      /* A failed write leaves the plan on this server only; the store logs
+       * the outage once and counts it. */
+      char why[512];
+      double ts = pk_monotonic_seconds();
+      (void)pk_plan_store_put(env->store, reply->plan_id, (uint32_t)n_ranks, pp.ranks, pp.off, why,
+                              sizeof why);
+      if (env->metrics != NULL)
+        pk_histogram_observe_seconds(&env->metrics->store_write_seconds,
+                                     pk_monotonic_seconds() - ts);
+    }
     if (env->cache != NULL) {
       /* The cache owns the rank bytes from here on, also when it refuses
        * them (a plan larger than the cache is simply not kept). */
@@ -221,6 +232,45 @@ static void copy_sink(void *user, const uint8_t *bytes, size_t len) {
   s->len = len;
 }
 
+/* GetRankPlan after a plan cache miss: ask the plan store. */
+static void from_store(const pk_handler_env_t *env, const char *plan_id, uint32_t rank,
+                       pk_reply_t *reply) {
+  uint8_t *bytes = NULL;
+  size_t len = 0;
+  uint32_t nranks = 0;
+  char msg[sizeof reply->message];
+  double ts = pk_monotonic_seconds();
+  pk_store_result_t sr =
+      pk_plan_store_get_rank(env->store, plan_id, rank, &bytes, &len, &nranks, msg, sizeof msg);
+  if (env->metrics != NULL)
+    pk_histogram_observe_seconds(&env->metrics->store_read_seconds, pk_monotonic_seconds() - ts);
+  switch (sr) {
+  case PK_STORE_OK:
+    reply->code = PK_GRPC_OK;
+    reply->bytes = bytes;
+    reply->len = len;
+    return;
+  case PK_STORE_ABSENT:
+    pk_reply_error(reply, PK_GRPC_NOT_FOUND,
+                   "plan_id \"%.64s\" is not in this server's plan cache, and the %s; plan again",
+                   plan_id, msg);
+    break;
+  case PK_STORE_BAD_RANK:
+    pk_reply_error(reply, PK_GRPC_INVALID_ARGUMENT,
+                   "dp_rank: %u is out of range; plan \"%.64s\" has %u ranks", rank, plan_id,
+                   nranks);
+    break;
+  case PK_STORE_NOMEM:
+    pk_reply_error(reply, PK_GRPC_RESOURCE_EXHAUSTED, "%s", msg);
+    break;
+  case PK_STORE_UNAVAILABLE:
+  case PK_STORE_CORRUPT:
+    pk_reply_error(reply, PK_GRPC_UNAVAILABLE, "%s", msg);
+    break;
+  }
+  free(bytes);
+}
+
 void pk_handle_get_rank_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
                              pk_reply_t *reply) {
   reply_reset(reply);
@@ -242,7 +292,9 @@ void pk_handle_get_rank_plan(const pk_handler_env_t *env, const uint8_t *req, si
   if (env->cache != NULL)
     rc = pk_plan_cache_get_rank(env->cache, msg->plan_id, msg->dp_rank, env->now, copy_sink, &s,
                                 &nranks);
-  if (rc == PK_ENOTFOUND) {
+  if (rc == PK_ENOTFOUND && env->store != NULL) {
+    from_store(env, msg->plan_id, msg->dp_rank, reply);
+  } else if (rc == PK_ENOTFOUND) {
     pk_reply_error(reply, PK_GRPC_NOT_FOUND,
                    "plan_id \"%.64s\" is not in the plan cache (expired, evicted or never planned "
                    "here); plan again",

@@ -14,7 +14,9 @@
 #include <stdint.h>
 
 #include "metrics.h"
+#include "pk_planner.h"
 #include "plan_cache.h"
+#include "plan_store.h"
 
 /* Numeric gRPC status codes used by the handlers (grpc_status_code values). */
 enum {
@@ -38,6 +40,8 @@ typedef struct pk_handler_env {
   int64_t max_message_bytes; /* A response larger than this is refused. */
   bool serving;              /* What Health/Check reports. */
   double now;                /* Monotonic seconds, for the cache. */
+  pk_plan_store_t *store;    /* May be NULL: plans are not shared with other servers. */
+  pk_limits_t plan_limits;   /* Checked before planning; zero fields: no limit. */
 } pk_handler_env_t;
 
 typedef struct pk_reply {
@@ -49,11 +53,18 @@ typedef struct pk_reply {
   char plan_id[40];   /* Plan and GetRankPlan: the plan id, when known. */
 } pk_reply_t;
 
-/* packd.v1.Planner/Plan: decode, plan, encode, keep the ranks in the cache. */
+/* packd.v1.Planner/Plan: decode, plan, encode, write the ranks to the plan
+ * store (when there is one) and keep them in the cache. The store write
+ * comes before the answer, so a trainer that has the plan can hand its id to
+ * workers that ask any replica; a failed write does not fail the Plan. */
 void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len, pk_reply_t *reply);
 
-/* packd.v1.Planner/GetRankPlan: one rank of a cached plan; NOT_FOUND naming
- * the plan_id when it is not (or no longer) there. */
+/* packd.v1.Planner/GetRankPlan: one rank of a plan from the cache or, on a
+ * miss, from the plan store (which then fills the cache). NOT_FOUND naming
+ * the plan_id when it is not (or no longer) there; with a store, only when
+ * the store answered that it has no such plan. UNAVAILABLE, naming the
+ * store, when the store cannot be asked or holds a value that fails its
+ * checks. */
 void pk_handle_get_rank_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
                              pk_reply_t *reply);
 

@@ -1,6 +1,7 @@
 /* The HTTP listener for metrics and probes (see http.h). Each connection owns
- * a TCP handle, an idle timer and an http_parser; it answers the first
- * complete request and closes. */
+ * a TCP handle, an idle timer and an exchange (an http_parser and the
+ * answer); it answers the first complete request and closes. The exchange
+ * knows nothing of sockets, so it is also driven directly from bytes. */
 #include "http.h"
 
 #include <http_parser.h>
@@ -29,22 +30,36 @@ struct pk_http {
   int handles; /* Handles not yet closed by libuv (server + connections). */
 };
 
+struct pk_http_exchange {
+  pk_http_route_fn route;
+  void *user;
+  http_parser parser;
+  char url[PK_HTTP_URL_MAX];
+  size_t url_len;
+  int url_too_long;
+  int answered; /* The answer is decided; further bytes are ignored. */
+  char *out;    /* Head and body of the answer; NULL when answered without memory. */
+  size_t out_len;
+};
+
 struct conn {
   pk_http_t *http;
   conn_t *prev, *next;
   uv_tcp_t tcp;
   uv_timer_t timer;
-  http_parser parser;
-  char url[PK_HTTP_URL_MAX];
-  size_t url_len;
-  int url_too_long;
-  int answered; /* A response was started; further bytes are ignored. */
+  pk_http_exchange_t ex;
   int open_handles;
   uv_write_t write_req;
-  char *out; /* Head and body of the response. */
 };
 
-static http_parser_settings g_settings;
+static int on_url(http_parser *p, const char *at, size_t len);
+static int on_message_complete(http_parser *p);
+
+/* Constant: shared by every exchange, on any thread. */
+static const http_parser_settings g_settings = {
+    .on_url = on_url,
+    .on_message_complete = on_message_complete,
+};
 
 const char *pk_http_reason(int status) {
   switch (status) {
@@ -77,7 +92,7 @@ static void on_conn_handle_closed(uv_handle_t *handle) {
   if (--c->open_handles > 0)
     return;
   pk_http_t *h = c->http;
-  free(c->out);
+  free(c->ex.out);
   free(c);
   h->handles--;
   maybe_free_http(h);
@@ -103,71 +118,122 @@ static void on_written(uv_write_t *req, int status) {
   conn_close(req->data);
 }
 
-/* Writes status line, headers and body, then closes the connection. */
-static void respond(conn_t *c, int status, const char *content_type, const char *body,
-                    size_t body_len, int head_only) {
-  c->answered = 1;
+/* Decides the answer: status line, headers and body (none for HEAD) in one
+ * malloc'd buffer. Out of memory leaves ex->out NULL (the connection then
+ * closes without an answer). */
+static void answer(pk_http_exchange_t *ex, int status, const char *content_type, const char *body,
+                   size_t body_len, int head_only) {
+  ex->answered = 1;
   char head[256];
   int hl = snprintf(head, sizeof head,
                     "HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
                     "Connection: close\r\n\r\n",
                     status, pk_http_reason(status), content_type, body_len);
-  size_t total = (size_t)hl + (head_only ? 0 : body_len);
-  c->out = malloc(total);
-  if (c->out == NULL) {
-    conn_close(c);
+  if (hl < 0 || (size_t)hl >= sizeof head)
     return;
-  }
-  memcpy(c->out, head, (size_t)hl);
+  size_t total = (size_t)hl + (head_only ? 0 : body_len);
+  ex->out = malloc(total);
+  if (ex->out == NULL)
+    return;
+  memcpy(ex->out, head, (size_t)hl);
   if (!head_only && body_len > 0)
-    memcpy(c->out + hl, body, body_len);
-  uv_buf_t buf = uv_buf_init(c->out, (unsigned)total);
-  c->write_req.data = c;
-  uv_read_stop((uv_stream_t *)&c->tcp);
-  if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0)
-    conn_close(c);
+    memcpy(ex->out + hl, body, body_len);
+  ex->out_len = total;
 }
 
-static void respond_text(conn_t *c, int status, const char *text) {
-  respond(c, status, "text/plain; charset=utf-8", text, strlen(text), 0);
+static void answer_text(pk_http_exchange_t *ex, int status, const char *text) {
+  answer(ex, status, "text/plain; charset=utf-8", text, strlen(text), 0);
 }
 
 static int on_url(http_parser *p, const char *at, size_t len) {
-  conn_t *c = p->data;
-  if (c->url_len + len >= sizeof c->url) {
-    c->url_too_long = 1;
+  pk_http_exchange_t *ex = p->data;
+  if (ex->url_len + len >= sizeof ex->url) {
+    ex->url_too_long = 1;
     return 0;
   }
-  memcpy(c->url + c->url_len, at, len);
-  c->url_len += len;
-  c->url[c->url_len] = '\0';
+  memcpy(ex->url + ex->url_len, at, len);
+  ex->url_len += len;
+  ex->url[ex->url_len] = '\0';
   return 0;
 }
 
 static int on_message_complete(http_parser *p) {
-  conn_t *c = p->data;
-  if (c->answered)
+  pk_http_exchange_t *ex = p->data;
+  if (ex->answered)
     return 0;
-  if (c->url_too_long) {
-    respond_text(c, 414, "URI too long\n");
+  if (ex->url_too_long) {
+    answer_text(ex, 414, "URI too long\n");
     return 0;
   }
-  char *q = strchr(c->url, '?');
+  char *q = strchr(ex->url, '?');
   if (q != NULL)
     *q = '\0';
   const char *method = http_method_str((enum http_method)p->method);
   int head_only = p->method == HTTP_HEAD;
   if (p->method != HTTP_GET && p->method != HTTP_HEAD) {
-    respond_text(c, 405, "only GET and HEAD are supported\n");
+    answer_text(ex, 405, "only GET and HEAD are supported\n");
     return 0;
   }
   pk_http_reply_t reply = {404, "text/plain; charset=utf-8", NULL, 0};
-  c->http->route(c->http->user, method, c->url, &reply);
-  respond(c, reply.status, reply.content_type, reply.body ? reply.body : "", reply.body_len,
-          head_only);
+  ex->route(ex->user, method, ex->url, &reply);
+  answer(ex, reply.status, reply.content_type, reply.body ? reply.body : "", reply.body_len,
+         head_only);
   free(reply.body);
-  PK_LOG_DEBUG("http %s %s -> %d", method, c->url, reply.status);
+  PK_LOG_DEBUG("http %s %s -> %d", method, ex->url, reply.status);
   return 0;
+}
+
+static void exchange_init(pk_http_exchange_t *ex, pk_http_route_fn route, void *user) {
+  memset(ex, 0, sizeof *ex);
+  ex->route = route;
+  ex->user = user;
+  http_parser_init(&ex->parser, HTTP_REQUEST);
+  ex->parser.data = ex;
+}
+
+pk_http_exchange_t *pk_http_exchange_new(pk_http_route_fn route, void *user) {
+  pk_http_exchange_t *ex = malloc(sizeof *ex);
+  if (ex != NULL)
+    exchange_init(ex, route, user);
+  return ex;
+}
+
+int pk_http_exchange_feed(pk_http_exchange_t *ex, const char *data, size_t len) {
+  if (ex->answered || len == 0)
+    return ex->answered;
+  size_t done = http_parser_execute(&ex->parser, &g_settings, data, len);
+  if (!ex->answered && (HTTP_PARSER_ERRNO(&ex->parser) != HPE_OK || done != len)) {
+    char msg[128];
+    snprintf(msg, sizeof msg, "malformed request: %s\n",
+             http_errno_name(HTTP_PARSER_ERRNO(&ex->parser)));
+    answer_text(ex, 400, msg);
+  }
+  return ex->answered;
+}
+
+const char *pk_http_exchange_answer(const pk_http_exchange_t *ex, size_t *len) {
+  *len = ex->out_len;
+  return ex->out;
+}
+
+void pk_http_exchange_free(pk_http_exchange_t *ex) {
+  if (ex == NULL)
+    return;
+  free(ex->out);
+  free(ex);
+}
+
+/* Writes the decided answer, then closes the connection. */
+static void send_answer(conn_t *c) {
+  uv_read_stop((uv_stream_t *)&c->tcp);
+  if (c->ex.out == NULL) {
+    conn_close(c);
+    return;
+  }
+  uv_buf_t buf = uv_buf_init(c->ex.out, (unsigned)c->ex.out_len);
+  c->write_req.data = c;
+  if (uv_write(&c->write_req, (uv_stream_t *)&c->tcp, &buf, 1, on_written) != 0)
+    conn_close(c);
 }
 
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
@@ -181,25 +247,18 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
   conn_t *c = stream->data;
   if (nread < 0) {
     free(buf->base);
-    if (!c->answered)
+    if (!c->ex.answered)
       conn_close(c);
     return;
   }
-  if (nread > 0 && !c->answered) {
-    size_t done = http_parser_execute(&c->parser, &g_settings, buf->base, (size_t)nread);
-    if (!c->answered && (HTTP_PARSER_ERRNO(&c->parser) != HPE_OK || done != (size_t)nread)) {
-      char msg[128];
-      snprintf(msg, sizeof msg, "malformed request: %s\n",
-               http_errno_name(HTTP_PARSER_ERRNO(&c->parser)));
-      respond_text(c, 400, msg);
-    }
-  }
+  if (nread > 0 && !c->ex.answered && pk_http_exchange_feed(&c->ex, buf->base, (size_t)nread))
+    send_answer(c);
   free(buf->base);
 }
 
 static void on_idle(uv_timer_t *t) {
   conn_t *c = t->data;
-  if (!c->answered)
+  if (!c->ex.answered)
     conn_close(c);
 }
 
@@ -226,8 +285,7 @@ static void on_connection(uv_stream_t *server, int status) {
     conn_close(c);
     return;
   }
-  http_parser_init(&c->parser, HTTP_REQUEST);
-  c->parser.data = c;
+  exchange_init(&c->ex, h->route, h->user);
   uv_timer_start(&c->timer, on_idle, PK_HTTP_IDLE_MS, 0);
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
 }
@@ -241,9 +299,6 @@ static void on_server_closed(uv_handle_t *handle) {
 int pk_http_start(uv_loop_t *loop, const char *hostport, pk_http_route_fn route, void *user,
                   pk_http_t **out, int *bound_port, char *err, size_t errlen) {
   *out = NULL;
-  http_parser_settings_init(&g_settings);
-  g_settings.on_url = on_url;
-  g_settings.on_message_complete = on_message_complete;
 
   char host[PK_HOSTPORT_MAX];
   int port;

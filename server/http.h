@@ -35,6 +35,26 @@ int pk_http_start(uv_loop_t *loop, const char *hostport, pk_http_route_fn route,
 /* Stops listening and closes every open connection. NULL is allowed. */
 void pk_http_close(pk_http_t *h);
 
+/* One request's parsing and answer without sockets: the listener feeds each
+ * read of a connection into an exchange and writes its answer; tests and the
+ * fuzz target feed bytes directly. Not thread-safe; one exchange per
+ * connection. */
+typedef struct pk_http_exchange pk_http_exchange_t;
+
+/* A new exchange that asks `route` for the answer; NULL when out of memory. */
+pk_http_exchange_t *pk_http_exchange_new(pk_http_route_fn route, void *user);
+
+/* Feeds len more bytes of the request. Returns 1 once the answer is decided
+ * (a complete request, or 400/405/414), 0 while more bytes are needed; bytes
+ * fed after that are ignored. */
+int pk_http_exchange_feed(pk_http_exchange_t *ex, const char *data, size_t len);
+
+/* The answer (status line, headers, body) and its length; NULL before it is
+ * decided, or when memory ran out building it. Owned by the exchange. */
+const char *pk_http_exchange_answer(const pk_http_exchange_t *ex, size_t *len);
+
+void pk_http_exchange_free(pk_http_exchange_t *ex);
+
 /* The reason phrase of a status code ("OK", "Not Found"). */
 const char *pk_http_reason(int status);
 

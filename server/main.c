@@ -1,7 +1,8 @@
 /* packd: the planning service. main() wires the pieces together: the
- * configuration, the plan cache, the metrics, the gRPC server (worker
- * threads) and the libuv loop on this thread, which owns signals, timers and
- * the HTTP listener for /metrics, /healthz and /readyz.
+ * configuration, the plan cache, the plan store shared with other replicas
+ * (--plan-store), the metrics, the gRPC server (worker threads) and the libuv
+ * loop on this thread, which owns signals, timers and the HTTP listener for
+ * /metrics, /healthz and /readyz.
  *
  * Shutdown on SIGTERM or SIGINT: Health/Check and /readyz turn NOT_SERVING at
  * once; after --drain-delay the gRPC listener closes and calls in flight
@@ -23,6 +24,8 @@
 #include "metrics.h"
 #include "pk_error.h"
 #include "plan_cache.h"
+#include "plan_store.h"
+#include "store_format.h"
 
 #ifndef PK_VERSION_STRING
 #define PK_VERSION_STRING "0.0.0"
@@ -32,6 +35,7 @@ typedef struct app {
   pk_server_config_t cfg;
   uv_loop_t *loop;
   pk_plan_cache_t *cache;
+  pk_plan_store_t *store; /* NULL without --plan-store. */
   pk_metrics_t metrics;
   pk_grpc_server_t *grpc;
   pk_http_t *http;
@@ -130,7 +134,10 @@ static void route(void *user, const char *method, const char *path, pk_http_repl
   (void)method;
   if (strcmp(path, "/metrics") == 0) {
     pk_cache_stats_t cs;
+    pk_store_stats_t ss;
     pk_plan_cache_stats(app->cache, &cs);
+    if (app->store != NULL)
+      pk_plan_store_stats(app->store, &ss);
     pk_metrics_view_t view = {
         .cache = &cs,
         .serving = pk_grpc_server_serving(app->grpc),
@@ -139,6 +146,7 @@ static void route(void *user, const char *method, const char *path, pk_http_repl
         .workers = app->cfg.workers,
         .max_inflight = app->cfg.max_inflight,
         .resident_bytes = pk_resident_bytes(),
+        .store = app->store != NULL ? &ss : NULL,
     };
     char *text = NULL;
     size_t len = 0;
@@ -183,6 +191,7 @@ int main(int argc, char **argv) {
   }
   if (app.cfg.show_help) {
     pk_config_usage(stdout, "packd");
+    pk_plan_store_usage(stdout);
     return 0;
   }
   if (app.cfg.show_version) {
@@ -197,6 +206,34 @@ int main(int argc, char **argv) {
     return 1;
   }
   pk_metrics_init(&app.metrics, pk_wall_seconds());
+  if (app.cfg.plan_store[0] != '\0') {
+    /* A bad URL, password file or tunable is a configuration error (exit
+     * 2); a store that is down is not: packd serves and reconnects. */
+    static char password[PK_STORE_SECRET_MAX];
+    if (app.cfg.plan_store_password_file[0] != '\0' &&
+        pk_store_read_password_file(app.cfg.plan_store_password_file, password, sizeof password,
+                                    err, sizeof err) != PK_OK) {
+      fprintf(stderr, "packd: --plan-store-password-file: %s\n", err);
+      pk_plan_cache_destroy(app.cache);
+      return 2;
+    }
+    pk_plan_store_options_t so = {
+        .url = app.cfg.plan_store,
+        .password = password,
+        .prefix = app.cfg.plan_store_prefix,
+        .version = PK_VERSION_STRING,
+        .ttl = app.cfg.cache_ttl,
+        .workers = app.cfg.workers,
+        .cache = app.cache,
+    };
+    rc = pk_plan_store_open(&so, &app.store, err, sizeof err);
+    memset(password, 0, sizeof password);
+    if (rc != PK_OK) {
+      fprintf(stderr, "packd: %s\n", err);
+      pk_plan_cache_destroy(app.cache);
+      return rc == PK_EINVAL ? 2 : 1;
+    }
+  }
   app.loop = uv_default_loop();
 
   int metrics_port = 0, grpc_port = 0;
@@ -206,19 +243,21 @@ int main(int argc, char **argv) {
     PK_LOG_ERROR("%s", err);
     uv_run(app.loop, UV_RUN_DEFAULT);
     uv_loop_close(app.loop);
+    pk_plan_store_close(app.store);
     pk_plan_cache_destroy(app.cache);
     return 1;
   }
 
   grpc_init();
-  rc = pk_grpc_server_start(&app.cfg, app.cache, &app.metrics, on_stopped_from_worker, &app,
-                            &app.grpc, &grpc_port, err, sizeof err);
+  rc = pk_grpc_server_start(&app.cfg, app.cache, app.store, &app.metrics, on_stopped_from_worker,
+                            &app, &app.grpc, &grpc_port, err, sizeof err);
   if (rc != PK_OK) {
     PK_LOG_ERROR("%s", err);
     pk_http_close(app.http);
     uv_run(app.loop, UV_RUN_DEFAULT);
     uv_loop_close(app.loop);
     grpc_shutdown();
+    pk_plan_store_close(app.store);
     pk_plan_cache_destroy(app.cache);
     return 1;
   }
@@ -236,7 +275,7 @@ int main(int argc, char **argv) {
   app.expire_timer.data = app.drain_timer.data = app.grace_timer.data = &app;
   uv_timer_start(&app.expire_timer, on_expire_timer, 1000, 1000);
 
-  char desc[1024], ghost[PK_HOSTPORT_MAX], mhost[PK_HOSTPORT_MAX];
+  char desc[1536], ghost[PK_HOSTPORT_MAX], mhost[PK_HOSTPORT_MAX];
   pk_config_describe(&app.cfg, desc, sizeof desc);
   host_of(app.cfg.listen, ghost, sizeof ghost);
   host_of(app.cfg.metrics_listen, mhost, sizeof mhost);
@@ -250,6 +289,8 @@ int main(int argc, char **argv) {
   pk_grpc_server_destroy(app.grpc);
   uv_loop_close(app.loop);
   grpc_shutdown();
+  /* No handler runs any more: the workers are joined. */
+  pk_plan_store_close(app.store);
   pk_plan_cache_destroy(app.cache);
   PK_LOG_INFO("stopped");
   return 0;

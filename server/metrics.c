@@ -146,6 +146,48 @@ static void histogram(sbuf_t *b, const char *name, const char *labels, const pk_
   sb_printf(b, "%s_count%s%s%s %" PRIu64 "\n", name, open, labels, close, cum);
 }
 
+/* The plan store's lines (--plan-store set). */
+static void render_store(sbuf_t *b, const pk_metrics_t *m, const pk_store_stats_t *st) {
+  header(b, "packd_plan_store_up", "gauge",
+         "1 while the last connection or command to the plan store succeeded.");
+  sb_printf(b, "packd_plan_store_up{store=\"%s\"} %d\n", st->where ? st->where : "",
+            st->up ? 1 : 0);
+  header(b, "packd_plan_store_errors_total", "counter",
+         "Connections and commands to the plan store that failed, by operation.");
+  sb_printf(b, "packd_plan_store_errors_total{op=\"write\"} %" PRIu64 "\n", st->errors_write);
+  sb_printf(b, "packd_plan_store_errors_total{op=\"read\"} %" PRIu64 "\n", st->errors_read);
+  sb_printf(b, "packd_plan_store_errors_total{op=\"probe\"} %" PRIu64 "\n", st->errors_probe);
+  header(b, "packd_plan_store_writes_total", "counter",
+         "Plans written to the plan store (ok) or answered without it (skipped).");
+  sb_printf(b, "packd_plan_store_writes_total{result=\"ok\"} %" PRIu64 "\n", st->writes_ok);
+  sb_printf(b, "packd_plan_store_writes_total{result=\"skipped\"} %" PRIu64 "\n",
+            st->writes_skipped);
+  header(b, "packd_plan_store_reads_total", "counter",
+         "Plans fetched from the plan store by GetRankPlan, by outcome.");
+  static const char *const names[] = {"hit", "absent", "unavailable", "corrupt"};
+  uint64_t v[] = {st->reads_hit, st->reads_absent, st->reads_unavailable, st->reads_corrupt};
+  for (int i = 0; i < 4; i++)
+    sb_printf(b, "packd_plan_store_reads_total{result=\"%s\"} %" PRIu64 "\n", names[i], v[i]);
+  header(b, "packd_plan_store_corrupt_total", "counter",
+         "Store values refused by the envelope check (checksum, plan id, rank, size).");
+  sb_printf(b, "packd_plan_store_corrupt_total %" PRIu64 "\n", st->corrupt);
+  header(b, "packd_plan_store_coalesced_total", "counter",
+         "GetRankPlan calls answered by another call's fetch of the same plan.");
+  sb_printf(b, "packd_plan_store_coalesced_total %" PRIu64 "\n", st->coalesced);
+  header(b, "packd_plan_store_connects_total", "counter", "Connections opened to the plan store.");
+  sb_printf(b, "packd_plan_store_connects_total %" PRIu64 "\n", st->connects);
+  header(b, "packd_plan_store_outages_total", "counter", "Times the plan store was marked down.");
+  sb_printf(b, "packd_plan_store_outages_total %" PRIu64 "\n", st->outages);
+  header(b, "packd_plan_store_write_duration_seconds", "histogram",
+         "Time Plan spent writing a plan to the store (also when it failed).");
+  histogram(b, "packd_plan_store_write_duration_seconds", "", &m->store_write_seconds,
+            k_seconds_bounds, PK_SECONDS_BUCKETS, 1e-9);
+  header(b, "packd_plan_store_read_duration_seconds", "histogram",
+         "Time GetRankPlan spent on the store after a plan cache miss.");
+  histogram(b, "packd_plan_store_read_duration_seconds", "", &m->store_read_seconds,
+            k_seconds_bounds, PK_SECONDS_BUCKETS, 1e-9);
+}
+
 int pk_metrics_render(const pk_metrics_t *m, const pk_metrics_view_t *view, char **out,
                       size_t *len) {
   sbuf_t b = {malloc(16384), 0, 16384, 0};
@@ -227,6 +269,9 @@ int pk_metrics_render(const pk_metrics_t *m, const pk_metrics_view_t *view, char
            "Plans removed because they outlived --cache-ttl.");
     sb_printf(&b, "packd_plan_cache_expired_total %" PRIu64 "\n", cs->expired);
   }
+
+  if (view->store != NULL)
+    render_store(&b, m, view->store);
 
   header(&b, "process_start_time_seconds", "gauge", "Start time of the process since the epoch.");
   sb_printf(&b, "process_start_time_seconds %.3f\n", m->start_time);

@@ -15,6 +15,7 @@
 
 #include "grpc_status_names.h"
 #include "plan_cache.h"
+#include "plan_store.h"
 
 typedef enum {
   PK_METHOD_PLAN = 0,
@@ -40,6 +41,8 @@ typedef struct pk_metrics {
   pk_histogram_t plan_seconds;             /* Planner time only. */
   pk_histogram_t encode_seconds;           /* Codec encode plus protobuf packing. */
   pk_histogram_t plan_sequences;           /* Sequences per planned request. */
+  pk_histogram_t store_write_seconds;      /* Plan's write to the plan store. */
+  pk_histogram_t store_read_seconds;       /* GetRankPlan's read from the plan store. */
   atomic_int_fast64_t inflight;
   atomic_uint_fast64_t deadline_skipped;  /* Calls answered DEADLINE_EXCEEDED unplanned. */
   atomic_uint_fast64_t rejected_inflight; /* Calls refused by --max-inflight. */
@@ -54,7 +57,8 @@ typedef struct pk_metrics_view {
   const char *grpc_version; /* grpc core version string. */
   int workers;
   int max_inflight;
-  int64_t resident_bytes; /* < 0: unknown, left out. */
+  int64_t resident_bytes;        /* < 0: unknown, left out. */
+  const pk_store_stats_t *store; /* NULL: no plan store; its lines are left out. */
 } pk_metrics_view_t;
 
 void pk_metrics_init(pk_metrics_t *m, double start_time);

@@ -9,7 +9,11 @@
 #
 # Libraries: gRPC core (transport), protobuf-c (messages), libuv (signals,
 # timers, HTTP listener), libhttp-parser (HTTP request parsing; Debian ships
-# no pkg-config file for it), libxxhash (plan cache hashing).
+# no pkg-config file for it), libxxhash (plan cache hashing, store checksums),
+# libhiredis (the shared plan store, --plan-store). hiredis is optional so
+# that `pip install ./client/python`, which configures this project only to
+# build libpackd.so, works without it; a packd built without it refuses
+# --plan-store with a message that says so.
 
 add_custom_command(
   OUTPUT ${PK_GEN_DIR}/grpc/health/v1/health.pb-c.c ${PK_GEN_DIR}/grpc/health/v1/health.pb-c.h
@@ -22,6 +26,11 @@ target_include_directories(packd_health_proto PUBLIC ${PK_GEN_DIR})
 target_link_libraries(packd_health_proto PUBLIC PkgConfig::PROTOBUF_C)
 target_compile_options(packd_health_proto PRIVATE -w)
 
+pkg_check_modules(HIREDIS IMPORTED_TARGET hiredis)
+if(NOT HIREDIS_FOUND)
+  message(WARNING "hiredis not found (Debian: libhiredis-dev): packd is built without --plan-store")
+endif()
+
 find_library(HTTP_PARSER_LIBRARY NAMES http_parser REQUIRED)
 find_path(HTTP_PARSER_INCLUDE_DIR NAMES http_parser.h REQUIRED)
 
@@ -29,6 +38,9 @@ add_library(packd_service STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/config.c
   ${CMAKE_CURRENT_SOURCE_DIR}/log.c
   ${CMAKE_CURRENT_SOURCE_DIR}/plan_cache.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/store_format.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/plan_store.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/plan_store_pool.c
   ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c
   ${CMAKE_CURRENT_SOURCE_DIR}/http.c
   ${CMAKE_CURRENT_SOURCE_DIR}/handlers.c
@@ -37,7 +49,12 @@ target_include_directories(packd_service PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
                                                 ${HTTP_PARSER_INCLUDE_DIR})
 target_link_libraries(packd_service PUBLIC
   packd_codec packd_planner packd_proto packd_health_proto
-  PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::XXHASH ${HTTP_PARSER_LIBRARY} Threads::Threads)
+  PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::XXHASH ${HTTP_PARSER_LIBRARY} Threads::Threads
+  m)
+if(HIREDIS_FOUND)
+  target_compile_definitions(packd_service PRIVATE PK_HAVE_HIREDIS)
+  target_link_libraries(packd_service PUBLIC PkgConfig::HIREDIS)
+endif()
 
 add_executable(packd_server ${CMAKE_CURRENT_SOURCE_DIR}/main.c)
 target_compile_definitions(packd_server PRIVATE PK_VERSION_STRING="${PK_VERSION}")

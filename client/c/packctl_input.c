@@ -316,6 +316,17 @@ done:
   return rc;
 }
 
+int packctl_parse_input(const char *name, const char *data, size_t size,
+                        Packd__V1__PlanRequest *req, char *err, size_t errlen) {
+  /* Bounded by size: the buffer need not be NUL-terminated. */
+  size_t i = 0;
+  while (i < size && (data[i] == ' ' || data[i] == '\t' || data[i] == '\r' || data[i] == '\n'))
+    i++;
+  if (i < size && data[i] == '{')
+    return read_manifest(name, data, size, req, err, errlen);
+  return read_lengths(name, data, size, req, err, errlen);
+}
+
 int packctl_read_input(const char *path, Packd__V1__PlanRequest *req, char *err, size_t errlen) {
   char *data = NULL;
   size_t size = 0;
@@ -323,13 +334,7 @@ int packctl_read_input(const char *path, Packd__V1__PlanRequest *req, char *err,
   if (rc != 0)
     return rc;
   const char *name = strcmp(path, "-") == 0 ? "stdin" : path;
-  const char *p = data;
-  while (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n')
-    p++;
-  if (*p == '{')
-    rc = read_manifest(name, data, size, req, err, errlen);
-  else
-    rc = read_lengths(name, data, size, req, err, errlen);
+  rc = packctl_parse_input(name, data, size, req, err, errlen);
   free(data);
   return rc;
 }

@@ -25,4 +25,10 @@
  * PK_ENOMEM. */
 int packctl_read_input(const char *path, Packd__V1__PlanRequest *req, char *err, size_t errlen);
 
+/* The same on a buffer of size bytes (no NUL terminator needed); name is the
+ * source in messages ("stdin", a path). The fuzz target and the unit tests
+ * enter here. */
+int packctl_parse_input(const char *name, const char *data, size_t size,
+                        Packd__V1__PlanRequest *req, char *err, size_t errlen);
+
 #endif

@@ -96,8 +96,10 @@ static void rank_plan_usage(FILE *f) {
         "  --timeout SECONDS    deadline (default 30)\n"
         "  --format FORMAT      json (default) or summary\n"
         "\n"
-        "exit status: 0 ok, 1 the server refused (e.g. NOT_FOUND: the plan left the\n"
-        "cache), 2 bad flags.\n",
+        "exit status: 0 ok, 1 the server refused: NOT_FOUND (the plan left the cache,\n"
+        "and the plan store when the server has one: plan again) or UNAVAILABLE (the\n"
+        "server or its plan store cannot be reached: retry after a few seconds); the\n"
+        "server's message goes to stderr. 2 bad flags.\n",
         f);
 }
 

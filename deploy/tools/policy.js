@@ -4,6 +4,11 @@
 // another (a new listen port without new probes, a longer drain than the
 // termination grace period, a selector that matches no pod) fails here.
 //
+// With a plan store (PACKD_PLAN_STORE) it also checks that packd can reach
+// the store (egress), that the password is a file from a Secret and not in
+// the URL, and that a bundled Redis keeps the same security rules and admits
+// only its clients.
+//
 // checkPolicy(docs) returns a Map from each object that breaks a rule to the
 // list of its problems; objects that keep every rule are not in it.
 "use strict";
@@ -14,6 +19,11 @@ const LOOPBACK = /^(127\.[0-9.]+|localhost|\[::1\])$/;
 // A packd container is one whose image is named packd (any registry or tag).
 function isPackd(container) {
   return typeof container.image === "string" && /(^|\/)packd(:|@|$)/.test(container.image);
+}
+
+// A Redis container (the bundled plan store).
+function isRedis(container) {
+  return typeof container.image === "string" && /(^|\/)redis(:|@|$)/.test(container.image);
 }
 
 function podOf(doc) {
@@ -31,7 +41,11 @@ function envOf(container, configMaps, problems) {
     if (!cm) problems.push(`envFrom names ConfigMap "${src.configMapRef.name}", which is not rendered`);
     else Object.assign(env, cm.data || {});
   }
-  for (const e of container.env || []) if (typeof e.value === "string") env[e.name] = e.value;
+  for (const e of container.env || []) {
+    if (typeof e.value === "string") env[e.name] = e.value;
+    else if (e.valueFrom && e.valueFrom.secretKeyRef)
+      env[e.name] = `<secret ${e.valueFrom.secretKeyRef.name}/${e.valueFrom.secretKeyRef.key}>`;
+  }
   return env;
 }
 
@@ -125,7 +139,63 @@ function checkDrain(c, env, pod, problems) {
   }
 }
 
-function checkContainer(doc, c, isInit, pod, configMaps, problems) {
+// The NetworkPolicies of docs that select the pod's labels.
+function policiesFor(pod, policies) {
+  return policies.filter((np) => selects((np.spec || {}).podSelector, pod.meta.labels));
+}
+
+// --plan-store: a redis:// URL (from a Secret or a literal without a
+// password), a password file on a Secret volume, and egress to the store.
+function checkPlanStore(c, env, pod, policies, problems) {
+  const store = env.PACKD_PLAN_STORE;
+  if (store === undefined || store === "") {
+    if (env.PACKD_PLAN_STORE_PASSWORD_FILE)
+      problems.push(`${c.name}: PACKD_PLAN_STORE_PASSWORD_FILE is set without PACKD_PLAN_STORE`);
+    return;
+  }
+  let port = 6379;
+  if (!store.startsWith("<secret ")) {
+    if (/^rediss:\/\//.test(store))
+      problems.push(`${c.name}: PACKD_PLAN_STORE is rediss:// (TLS), which packd refuses (no TLS in Debian 12's hiredis)`);
+    else if (!/^redis:\/\//.test(store)) problems.push(`${c.name}: PACKD_PLAN_STORE "${store}" is not a redis:// URL`);
+    if (/^rediss?:\/\/[^/]*@/.test(store))
+      problems.push(`${c.name}: PACKD_PLAN_STORE has a password in it; put it in a Secret file (PACKD_PLAN_STORE_PASSWORD_FILE)`);
+    const m = /^rediss?:\/\/(?:[^/]*@)?(?:\[[^\]]*\]|[^:/]*)(?::(\d+))?/.exec(store);
+    if (m && m[1]) port = Number(m[1]);
+  }
+  const pwf = env.PACKD_PLAN_STORE_PASSWORD_FILE;
+  if (pwf) {
+    const m = (c.volumeMounts || []).find((vm) => pwf.startsWith(String(vm.mountPath).replace(/\/?$/, "/")));
+    const vol = m && (pod.spec.volumes || []).find((v) => v.name === m.name);
+    if (!m) problems.push(`${c.name}: PACKD_PLAN_STORE_PASSWORD_FILE ${pwf} is not on a mounted volume`);
+    else if (!vol || !vol.secret) problems.push(`${c.name}: PACKD_PLAN_STORE_PASSWORD_FILE ${pwf} must come from a Secret volume`);
+  }
+  for (const np of policiesFor(pod, policies)) {
+    if (!(np.spec.policyTypes || []).includes("Egress")) continue;
+    const open = (np.spec.egress || []).some(
+      (r) => !r.ports || r.ports.length === 0 || r.ports.some((p) => p.port === port || p.port === "redis"));
+    if (!open)
+      problems.push(`${c.name}: NetworkPolicy ${np.metadata.name} allows no egress to the plan store's port ${port}`);
+  }
+}
+
+// The bundled Redis: the same security context and resources as packd,
+// probes, a fixed tag, and a NetworkPolicy that admits only named clients.
+function checkRedis(c, pod, policies, problems) {
+  if (!/[:@]/.test(c.image.replace(/^[^/]*\//, "")) || /:latest$/.test(c.image))
+    problems.push(`${c.name}: image "${c.image}" needs a fixed tag`);
+  checkSecurity(c, pod, problems);
+  checkResources(c, problems);
+  for (const name of ["readinessProbe", "livenessProbe"]) if (!c[name]) problems.push(`${c.name}: ${name} is missing`);
+  const mine = policiesFor(pod, policies).filter((np) => (np.spec.policyTypes || ["Ingress"]).includes("Ingress"));
+  if (mine.length === 0) problems.push(`${c.name}: no NetworkPolicy limits who reaches the plan store`);
+  for (const np of mine)
+    for (const r of np.spec.ingress || [])
+      if (!r.from || r.from.length === 0 || r.from.some((f) => !f.podSelector && !f.namespaceSelector && !f.ipBlock))
+        problems.push(`${c.name}: NetworkPolicy ${np.metadata.name} admits every pod to the plan store`);
+}
+
+function checkContainer(doc, c, isInit, pod, configMaps, policies, problems) {
   const env = envOf(c, configMaps, problems);
   if (!/[:@]/.test(c.image.replace(/^[^/]*\//, "")) || /:latest$/.test(c.image))
     problems.push(`${c.name}: image "${c.image}" needs a fixed tag`);
@@ -135,6 +205,7 @@ function checkContainer(doc, c, isInit, pod, configMaps, problems) {
   checkResources(c, problems);
   checkProbes(c, env, problems);
   checkDrain(c, env, pod, problems);
+  checkPlanStore(c, env, pod, policies, problems);
   const metrics = splitHostPort(env.PACKD_METRICS_LISTEN || "");
   const annotated = (pod.meta.annotations || {})["prometheus.io/port"];
   if (annotated !== undefined && (!metrics || Number(annotated) !== metrics.port))
@@ -173,6 +244,7 @@ function checkPolicy(docs) {
   const result = new Map();
   const configMaps = new Map(docs.filter((d) => d.kind === "ConfigMap").map((d) => [d.metadata.name, d]));
   const workloads = docs.filter((d) => WORKLOAD_KINDS.has(d.kind));
+  const policies = docs.filter((d) => d.kind === "NetworkPolicy");
   let packdContainers = 0;
   for (const doc of docs) {
     const problems = [];
@@ -183,12 +255,14 @@ function checkPolicy(docs) {
       for (const c of pod.spec.containers || [])
         if (isPackd(c)) {
           packdContainers += 1;
-          checkContainer(doc, c, false, pod, configMaps, problems);
+          checkContainer(doc, c, false, pod, configMaps, policies, problems);
+        } else if (isRedis(c)) {
+          checkRedis(c, pod, policies, problems);
         }
       for (const c of pod.spec.initContainers || [])
         if (isPackd(c)) {
           packdContainers += 1;
-          checkContainer(doc, c, true, pod, configMaps, problems);
+          checkContainer(doc, c, true, pod, configMaps, policies, problems);
         }
     }
     checkSelectors(doc, workloads, problems);

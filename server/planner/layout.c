@@ -320,6 +320,18 @@ int pk_build_finish(pk_build_t *b, pk_plan_t **out, char *err, size_t errlen) {
           tp = target;
           cu_pad[rec->nseqs] = (int32_t)tp;
         }
+        /* Without a cap (max_tokens 0) nothing else bounds a micro-batch:
+         * refuse it before anything reads its int32 offsets back (t <= tp, and
+         * every offset is at most tp, so all of them are exact below). */
+        if (tp > (uint64_t)INT32_MAX) {
+          pk_plan_free(plan);
+          free(rank_cost);
+          free(loss_total);
+          return pk_fail(err, errlen, PK_EPRECOND,
+                         "batching.max_tokens: a micro-batch of %llu packed tokens does not fit "
+                         "int32 cu_seqlens; set a token cap",
+                         (unsigned long long)tp);
+        }
         /* A micro-batch's cost: per_micro_batch plus its slots' costs. */
         cost = cfg->micro;
         for (uint32_t q = 0; q < rec->nseqs; q++) {
@@ -349,15 +361,6 @@ int pk_build_finish(pk_build_t *b, pk_plan_t **out, char *err, size_t errlen) {
         if ((req->batching.max_tokens != 0 && per_cp > req->batching.max_tokens) ||
             rec->nseqs > cfg->max_seqs)
           stats->cap_violations++;
-        if (tp > (uint64_t)INT32_MAX) {
-          pk_plan_free(plan);
-          free(rank_cost);
-          free(loss_total);
-          return pk_fail(err, errlen, PK_EPRECOND,
-                         "batching.max_tokens: a micro-batch of %llu packed tokens does not fit "
-                         "int32 cu_seqlens; set a token cap",
-                         (unsigned long long)tp);
-        }
       }
     }
   }

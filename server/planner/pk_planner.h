@@ -177,6 +177,36 @@ typedef struct pk_plan {
  * (always NUL-terminated when errlen > 0). */
 PK_EXPORT int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen);
 
+/* Request-independent limits the caller (the server, the embedded library)
+ * sets, checked before any planning so that an oversized request is refused
+ * in O(n) time and memory instead of being planned in full. 0: no limit. */
+typedef struct pk_limits {
+  uint64_t max_sequences;  /* Sequences per request. */
+  uint64_t max_plan_bytes; /* pk_plan_size_estimate of the encoded PlanResponse. */
+} pk_limits_t;
+
+/* The defaults of the server (--max-sequences, --max-plan-bytes) and of
+ * pk_plan_bytes. 16 Mi sequences took 14-16 s and 1.9 GiB to plan before
+ * the answer was refused; 64 MiB is the server's default
+ * --max-message-bytes, the largest answer it can send. */
+#define PK_DEFAULT_MAX_SEQUENCES 4194304u
+#define PK_DEFAULT_MAX_PLAN_BYTES (64ull << 20)
+
+/* An estimate of the bytes of the packed PlanResponse of `req` (plan_id of
+ * up to 40 characters included), from the varint sizes of the sequence
+ * indices and of the token cap, dp, and a lower bound on the micro-batch
+ * count: O(n) time, no allocation. Each field is counted at its largest
+ * encoding, which covers AUTO plans (measured 1.03x to 2.0x the real size);
+ * compatibility algorithms may use more micro-batches than the bound and
+ * come out larger. 0 when the request is invalid. */
+PK_EXPORT uint64_t pk_plan_size_estimate(const pk_request_t *req);
+
+/* pk_plan under `limits` (NULL: none): a request over max_sequences, or
+ * whose estimate is over max_plan_bytes, is PK_ENOMEM (RESOURCE_EXHAUSTED)
+ * with a message naming the limit and the figure, before any planning. */
+PK_EXPORT int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_t **out,
+                              char *err, size_t errlen);
+
 /* Frees a plan from pk_plan. NULL is allowed. */
 PK_EXPORT void pk_plan_free(pk_plan_t *plan);
 

@@ -185,6 +185,11 @@ static int assign_mini_batch(const pk_ctx_t *ctx, pk_assign_t *a, uint32_t mini,
 }
 
 int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen) {
+  return pk_plan_limited(req, NULL, out, err, errlen);
+}
+
+int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_t **out, char *err,
+                    size_t errlen) {
   uint64_t t0 = now_us();
   if (err != NULL && errlen > 0)
     err[0] = '\0';
@@ -192,8 +197,14 @@ int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen) 
     return pk_fail(err, errlen, PK_EINVAL, "out: missing");
   *out = NULL;
 
+  /* The sequence count first: it needs no pass over the lengths. Then the
+   * whole request, then the size estimate, all before any allocation. */
   pk_cfg_t cfg;
-  int rc = pk_validate(req, &cfg, err, errlen);
+  int rc = req != NULL ? pk_check_limits(req, NULL, limits, err, errlen) : 0;
+  if (rc == 0)
+    rc = pk_validate(req, &cfg, err, errlen);
+  if (rc == 0)
+    rc = pk_check_limits(req, &cfg, limits, err, errlen);
   if (rc != 0)
     return rc;
 

@@ -12,11 +12,38 @@
 
 #include "pk_internal.h"
 
-/* Limits that keep every count in 32 bits and every cu_seqlens entry in an
- * int32. */
-#define PK_MAX_SEQUENCES (1u << 25) /* 33,554,432 */
-#define PK_MAX_PARALLEL (1u << 20)
-#define PK_MAX_DEGREE 65536u
+/* Request limits, all in one place. Every product and sum of request
+ * fields is computed in 64 bits and checked against these before it is
+ * stored in a 32-bit field or used as a divisor. */
+/* Sequences per request: indices and counts fit uint32 with room to spare. */
+#define PK_MAX_SEQUENCES (1u << 25) /* 33,554,432 sequences */
+/* Tokens per sequence: an aligned slot (+ at most one alignment unit) stays
+ * below INT32_MAX, the type of cu_seqlens. */
+#define PK_MAX_LENGTH ((uint32_t)INT32_MAX / 2) /* 1,073,741,823 tokens */
+/* DP ranks: dp x micro-batch counts stay far below 2^64, and a plan of
+ * more ranks than 2^20 would not fit any message anyway. */
+#define PK_MAX_PARALLEL (1u << 20) /* ranks */
+/* Each of tp, cp, pp, vpp, microbatch_group, round, align and pad_multiple. */
+#define PK_MAX_DEGREE 65536u /* ranks or tokens */
+/* The alignment A = lcm(2*CP*TP or CP*TP or TP, pad_multiple) and the PADDED
+ * row multiple lcm(round, A), in tokens: a slot is a length rounded up to
+ * it, so length + multiple stays below INT32_MAX. */
+#define PK_MAX_ALIGN 65536u            /* tokens */
+#define PK_MAX_ROW_MULTIPLE (1u << 20) /* tokens */
+/* total_multiple and lcm(total_multiple, A), in tokens: the padding of one
+ * micro-batch; 1 Mi tokens is beyond any real pad and keeps it in 32 bits. */
+#define PK_MAX_TOTAL_MULTIPLE (1u << 20) /* tokens */
+/* max_tokens x CP, in tokens: the cap on a micro-batch summed over CP ranks,
+ * which is cu_seqlens_padded's last entry, an int32. */
+#define PK_MAX_CAP ((uint64_t)INT32_MAX) /* tokens */
+/* Each cost coefficient, in cost units per token^k: the sum of the costs of
+ * 2^25 slots of < 2^31 tokens, (1 + 2^31 + 2^62) x 2^25 x 1e200 ~ 1e227,
+ * stays finite with 80 orders of magnitude to spare. */
+#define PK_MAX_COST_COEFFICIENT 1e200
+/* The smallest nonzero cost coefficient: below it costs are denormal, sums
+ * lose all precision and the PADDED search for an equal target cost never
+ * closes its interval. */
+#define PK_MIN_COST_COEFFICIENT 1e-200
 
 uint64_t pk_item_size(const pk_cfg_t *cfg, uint32_t len) {
   if (cfg->mode == PK_MODE_PADDED)
@@ -44,18 +71,22 @@ static int check_enum(const char *field, uint32_t v, uint32_t count, const char 
                  names);
 }
 
+static int check_coefficient(const char *field, double v, char *err, size_t errlen) {
+  /* !(v <= max) also catches NaN. */
+  if (!isfinite(v) || v < 0 || !(v <= PK_MAX_COST_COEFFICIENT) ||
+      (v != 0 && v < PK_MIN_COST_COEFFICIENT))
+    return pk_fail(err, errlen, PK_EINVAL, "%s: %g (must be 0 or finite within [%g, %g])", field, v,
+                   PK_MIN_COST_COEFFICIENT, PK_MAX_COST_COEFFICIENT);
+  return 0;
+}
+
 static int check_cost(const pk_cost_model_t *c, pk_cfg_t *cfg, char *err, size_t errlen) {
-  if (!isfinite(c->linear) || c->linear < 0)
-    return pk_fail(err, errlen, PK_EINVAL, "cost.linear: %g (must be finite and >= 0)", c->linear);
-  if (!isfinite(c->quadratic) || c->quadratic < 0)
-    return pk_fail(err, errlen, PK_EINVAL, "cost.quadratic: %g (must be finite and >= 0)",
-                   c->quadratic);
-  if (!isfinite(c->per_sequence) || c->per_sequence < 0)
-    return pk_fail(err, errlen, PK_EINVAL, "cost.per_sequence: %g (must be finite and >= 0)",
-                   c->per_sequence);
-  if (!isfinite(c->per_micro_batch) || c->per_micro_batch < 0)
-    return pk_fail(err, errlen, PK_EINVAL, "cost.per_micro_batch: %g (must be finite and >= 0)",
-                   c->per_micro_batch);
+  int rc;
+  if ((rc = check_coefficient("cost.linear", c->linear, err, errlen)) != 0 ||
+      (rc = check_coefficient("cost.quadratic", c->quadratic, err, errlen)) != 0 ||
+      (rc = check_coefficient("cost.per_sequence", c->per_sequence, err, errlen)) != 0 ||
+      (rc = check_coefficient("cost.per_micro_batch", c->per_micro_batch, err, errlen)) != 0)
+    return rc;
   /* The default of linear and quadratic does not depend on the other two:
    * proto3 cannot tell an unset field from 0. */
   cfg->seq = c->per_sequence;
@@ -73,14 +104,15 @@ static int check_cost(const pk_cost_model_t *c, pk_cfg_t *cfg, char *err, size_t
 /* The alignment DESIGN.md prescribes, and the smallest one correctness needs
  * (the zigzag split needs 2*CP equal chunks, Ulysses CP equal shards, and
  * sequence parallelism TP). */
-static void base_alignment(const pk_cfg_t *cfg, bool sp, uint32_t *def, uint32_t *need) {
-  uint32_t tp_part = sp ? cfg->tp : 1;
+static void base_alignment(const pk_cfg_t *cfg, bool sp, uint64_t *def, uint64_t *need) {
+  /* 64 bits: 2 x CP x TP reaches 2^33 under PK_MAX_DEGREE. */
+  uint64_t tp_part = sp ? cfg->tp : 1;
   if (cfg->cp > 1 && cfg->cp_algo == PK_CP_ZIGZAG) {
-    *def = 2 * cfg->cp * cfg->tp;
-    *need = 2 * cfg->cp * tp_part;
+    *def = 2 * (uint64_t)cfg->cp * cfg->tp;
+    *need = 2 * (uint64_t)cfg->cp * tp_part;
   } else if (cfg->cp > 1) {
-    *def = cfg->cp * cfg->tp;
-    *need = cfg->cp * tp_part;
+    *def = (uint64_t)cfg->cp * cfg->tp;
+    *need = (uint64_t)cfg->cp * tp_part;
   } else {
     *def = sp ? cfg->tp : 1;
     *need = tp_part;
@@ -108,9 +140,10 @@ int pk_validate(const pk_request_t *req, pk_cfg_t *cfg, char *err, size_t errlen
                    "groups: %zu entries for %zu lengths (must be empty or the same size)",
                    req->n_groups, req->n);
   for (size_t i = 0; i < req->n; i++) {
-    if (req->lengths[i] > (uint32_t)INT32_MAX / 2)
-      return pk_fail(err, errlen, PK_EINVAL, "lengths[%zu]: %" PRIu32 " is above the limit %d", i,
-                     req->lengths[i], INT32_MAX / 2);
+    if (req->lengths[i] > PK_MAX_LENGTH)
+      return pk_fail(err, errlen, PK_EINVAL,
+                     "lengths[%zu]: %" PRIu32 " is above the limit %" PRIu32, i, req->lengths[i],
+                     PK_MAX_LENGTH);
     if (req->n_loss_tokens != 0 && req->loss_tokens[i] > req->lengths[i])
       return pk_fail(err, errlen, PK_EINVAL,
                      "loss_tokens[%zu]: %" PRIu32 " is more than lengths[%zu] = %" PRIu32, i,
@@ -133,12 +166,12 @@ int pk_validate(const pk_request_t *req, pk_cfg_t *cfg, char *err, size_t errlen
   if ((rc = check_enum("parallel.cp_algo", p->cp_algo, 2, pk_cp_algo_name, err, errlen)) != 0)
     return rc;
   cfg->cp_algo = p->cp_algo;
-  if (p->cp_algo == PK_CP_ULYSSES && p->num_heads != 0 && cfg->cp * cfg->tp > 1 &&
-      p->num_heads % (cfg->cp * cfg->tp) != 0)
+  uint64_t cp_tp = (uint64_t)cfg->cp * cfg->tp; /* Up to 2^32: 64 bits. */
+  if (p->cp_algo == PK_CP_ULYSSES && p->num_heads != 0 && cp_tp > 1 && p->num_heads % cp_tp != 0)
     return pk_fail(err, errlen, PK_EPRECOND,
-                   "parallel.num_heads: %" PRIu32 " is not divisible by cp*tp = %" PRIu32
+                   "parallel.num_heads: %" PRIu32 " is not divisible by cp*tp = %" PRIu64
                    " (Ulysses splits attention heads over CP and TP ranks)",
-                   p->num_heads, cfg->cp * cfg->tp);
+                   p->num_heads, cp_tp);
   if (p->microbatch_group > PK_MAX_DEGREE)
     return pk_fail(err, errlen, PK_EINVAL,
                    "parallel.microbatch_group: %" PRIu32 " is above the limit %u",
@@ -207,10 +240,17 @@ int pk_validate(const pk_request_t *req, pk_cfg_t *cfg, char *err, size_t errlen
                    "batching.groups_on_rank: set with batching.dp_balance %s (groups_on_rank "
                    "balances whole groups itself; leave dp_balance AUTO)",
                    pk_dp_balance_name(b->dp_balance));
-  if (b->max_tokens > (uint64_t)INT32_MAX)
+  if (b->max_tokens > PK_MAX_CAP)
     return pk_fail(err, errlen, PK_EINVAL,
                    "batching.max_tokens: %" PRIu64 " is above the int32 limit of cu_seqlens",
                    b->max_tokens);
+  /* max_tokens <= 2^31 and cp <= 2^16: the product fits 64 bits. */
+  if (b->max_tokens * cfg->cp > PK_MAX_CAP)
+    return pk_fail(err, errlen, PK_EINVAL,
+                   "batching.max_tokens: %" PRIu64 " x parallel.cp %" PRIu32 " = %" PRIu64
+                   " tokens per micro-batch is above the int32 limit %" PRIu64
+                   " of cu_seqlens_padded",
+                   b->max_tokens, cfg->cp, b->max_tokens * cfg->cp, PK_MAX_CAP);
   cfg->max_seqs = b->max_seqs == 0 ? UINT32_MAX : b->max_seqs;
   cfg->min_micro = b->min_micro_batches == 0 ? 1 : b->min_micro_batches;
   if (b->min_micro_batches > req->n)
@@ -236,33 +276,53 @@ int pk_validate(const pk_request_t *req, pk_cfg_t *cfg, char *err, size_t errlen
 
   /* Layout. */
   const pk_layout_opts_t *l = &req->layout;
-  uint32_t def, need;
+  uint64_t def, need;
   base_alignment(cfg, p->sequence_parallel, &def, &need);
   if (l->align > PK_MAX_DEGREE)
     return pk_fail(err, errlen, PK_EINVAL, "layout.align: %" PRIu32 " is above the limit %u",
                    l->align, PK_MAX_DEGREE);
   if (l->align != 0 && l->align % need != 0)
     return pk_fail(err, errlen, PK_EPRECOND,
-                   "layout.align: %" PRIu32 " is not a multiple of %" PRIu32
+                   "layout.align: %" PRIu32 " is not a multiple of %" PRIu64
                    " (required by cp=%" PRIu32 ", cp_algo=%s, tp=%" PRIu32
                    ", sequence_parallel=%s)",
                    l->align, need, cfg->cp, pk_cp_algo_name(cfg->cp_algo), cfg->tp,
                    p->sequence_parallel ? "true" : "false");
+  if (l->align == 0 && def > PK_MAX_ALIGN)
+    return pk_fail(err, errlen, PK_EINVAL,
+                   "parallel.cp: %" PRIu32 " x parallel.tp %" PRIu32 " (cp_algo=%s, "
+                   "sequence_parallel=%s) gives an alignment of %" PRIu64
+                   " tokens, above the limit %u",
+                   cfg->cp, cfg->tp, pk_cp_algo_name(cfg->cp_algo),
+                   p->sequence_parallel ? "true" : "false", def, PK_MAX_ALIGN);
   if (l->pad_multiple > PK_MAX_DEGREE)
     return pk_fail(err, errlen, PK_EINVAL, "layout.pad_multiple: %" PRIu32 " is above the limit %u",
                    l->pad_multiple, PK_MAX_DEGREE);
-  if (l->total_multiple > PK_MAX_DEGREE * 16)
+  if (l->total_multiple > PK_MAX_TOTAL_MULTIPLE)
     return pk_fail(err, errlen, PK_EINVAL,
                    "layout.total_multiple: %" PRIu32 " is above the limit %u", l->total_multiple,
-                   PK_MAX_DEGREE * 16);
+                   PK_MAX_TOTAL_MULTIPLE);
+  /* Both <= PK_MAX_DEGREE, so the lcm is below 2^32. */
   uint64_t a = pk_lcm(l->align != 0 ? l->align : def, l->pad_multiple == 0 ? 1 : l->pad_multiple);
-  if (a > PK_MAX_DEGREE)
+  if (a == 0 || a > PK_MAX_ALIGN)
     return pk_fail(err, errlen, PK_EINVAL,
                    "layout.pad_multiple: %" PRIu32 " gives an alignment of %" PRIu64
                    " (above the limit %u)",
-                   l->pad_multiple, a, PK_MAX_DEGREE);
+                   l->pad_multiple, a, PK_MAX_ALIGN);
   cfg->align = (uint32_t)a;
-  cfg->total_multiple = (uint32_t)pk_lcm(l->total_multiple == 0 ? 1 : l->total_multiple, a);
+  uint64_t row = pk_lcm(cfg->round, a);
+  if (b->mode == PK_MODE_PADDED && row > PK_MAX_ROW_MULTIPLE)
+    return pk_fail(err, errlen, PK_EINVAL,
+                   "batching.round: %" PRIu32 " with alignment %" PRIu64
+                   " gives a row multiple of %" PRIu64 " tokens, above the limit %u",
+                   cfg->round, a, row, PK_MAX_ROW_MULTIPLE);
+  uint64_t tm = pk_lcm(l->total_multiple == 0 ? 1 : l->total_multiple, a);
+  if (tm > PK_MAX_TOTAL_MULTIPLE)
+    return pk_fail(err, errlen, PK_EINVAL,
+                   "layout.total_multiple: %" PRIu32 " with alignment %" PRIu64
+                   " gives a multiple of %" PRIu64 " tokens, above the limit %u",
+                   l->total_multiple, a, tm, PK_MAX_TOTAL_MULTIPLE);
+  cfg->total_multiple = (uint32_t)tm;
   cfg->fixed_shape = l->fixed_shape;
   cfg->seed = req->seed;
   if (b->mode == PK_MODE_PADDED && (l->fixed_shape || l->total_multiple > 1))

@@ -173,7 +173,7 @@ static void test_describe_and_usage(void **state) {
   (void)state;
   pk_server_config_t cfg;
   pk_config_defaults(&cfg);
-  char line[1024];
+  char line[1536];
   pk_config_describe(&cfg, line, sizeof line);
   assert_non_null(strstr(line, "listen=127.0.0.1:50051"));
   assert_non_null(strstr(line, "metrics_listen=127.0.0.1:9464"));
@@ -192,6 +192,76 @@ static void test_describe_and_usage(void **state) {
     if (strstr(buf, must[i]) == NULL)
       fail_msg("usage text lacks %s", must[i]);
   free(buf);
+}
+
+static void test_plan_store_flags(void **state) {
+  (void)state;
+  pk_server_config_t cfg;
+  char err[512];
+  const char *a0[] = {"packd"};
+  assert_int_equal(load(&cfg, NULL, 1, a0, err, sizeof err), PK_OK);
+  assert_string_equal(cfg.plan_store, "");
+  assert_string_equal(cfg.plan_store_prefix, "packd:");
+  char line[1536];
+  pk_config_describe(&cfg, line, sizeof line);
+  assert_non_null(strstr(line, "plan_store=off"));
+
+  const char *const env[] = {"PACKD_PLAN_STORE", "redis://:pw@store:6380/2",
+                             "PACKD_PLAN_STORE_PREFIX", "env:", NULL};
+  const char *a1[] = {"packd", "--plan-store-prefix", "flag:"};
+  assert_int_equal(load(&cfg, env, 3, a1, err, sizeof err), PK_OK);
+  assert_string_equal(cfg.plan_store, "redis://:pw@store:6380/2");
+  assert_string_equal(cfg.plan_store_prefix, "flag:");
+  /* The start-up line names the store, never its password. */
+  pk_config_describe(&cfg, line, sizeof line);
+  assert_non_null(strstr(line, "plan_store=redis://store:6380/2 plan_store_prefix=flag:"));
+  assert_null(strstr(line, "pw"));
+
+  const char *b1[] = {"packd", "--plan-store", "rediss://store:6380"};
+  expect_error(NULL, 3, b1, "--plan-store", "TLS");
+  const char *b2[] = {"packd", "--plan-store=redis://store:0"};
+  expect_error(NULL, 2, b2, "--plan-store", "port");
+  const char *b3[] = {"packd", "--plan-store-prefix", "a b"};
+  expect_error(NULL, 3, b3, "--plan-store-prefix", "a b");
+  const char *b4[] = {"packd", "--plan-store-password-file", "/run/secrets/pw"};
+  expect_error(NULL, 3, b4, "--plan-store-password-file", "--plan-store is not");
+  const char *b5[] = {"packd", "--plan-store", "redis://:pw@store", "--plan-store-password-file",
+                      "/run/secrets/pw"};
+  expect_error(NULL, 5, b5, "--plan-store-password-file", "one place");
+  const char *const benv[] = {"PACKD_PLAN_STORE", "http://store", NULL};
+  expect_error(benv, 1, a0, "PACKD_PLAN_STORE", "not a redis:// URL");
+  const char *b6[] = {"packd", "--plan-store", "redis://:hunter2@store:99999"};
+  pk_server_config_t c2;
+  char e2[512] = "";
+  assert_int_equal(load(&c2, NULL, 3, b6, e2, sizeof e2), PK_EINVAL);
+  assert_null(strstr(e2, "hunter2"));
+  const char *ok[] = {"packd", "--plan-store", "redis://store", "--plan-store-password-file",
+                      "/run/secrets/pw"};
+  assert_int_equal(load(&cfg, NULL, 5, ok, err, sizeof err), PK_OK);
+  assert_string_equal(cfg.plan_store_password_file, "/run/secrets/pw");
+}
+
+/* --max-sequences and --max-plan-bytes: the planner's defaults, then the
+ * environment, then the flags; out-of-range values name the flag. */
+static void test_plan_limit_flags(void **state) {
+  (void)state;
+  pk_server_config_t cfg;
+  char err[256];
+  const char *argv[] = {"packd"};
+  assert_int_equal(load(&cfg, NULL, 1, argv, err, sizeof err), PK_OK);
+  assert_int_equal(cfg.max_sequences, 4194304);
+  assert_int_equal(cfg.max_plan_bytes, 64LL << 20);
+  const char *const env[] = {"PACKD_MAX_SEQUENCES", "1000", "PACKD_MAX_PLAN_BYTES", "8M", NULL};
+  assert_int_equal(load(&cfg, env, 1, argv, err, sizeof err), PK_OK);
+  assert_int_equal(cfg.max_sequences, 1000);
+  assert_int_equal(cfg.max_plan_bytes, 8LL << 20);
+  const char *flags[] = {"packd", "--max-sequences=0", "--max-plan-bytes", "0"};
+  assert_int_equal(load(&cfg, env, 4, flags, err, sizeof err), PK_OK);
+  assert_int_equal(cfg.max_sequences, 0);
+  assert_int_equal(cfg.max_plan_bytes, 0);
+  const char *bad[] = {"packd", "--max-sequences", "40000000"};
+  assert_int_equal(load(&cfg, NULL, 3, bad, err, sizeof err), PK_EINVAL);
+  assert_non_null(strstr(err, "max-sequences"));
 }
 
 static void test_log_levels(void **state) {
@@ -219,7 +289,9 @@ int main(void) {
       cmocka_unit_test(test_hostport),
       cmocka_unit_test(test_bytes_and_seconds_round_trip),
       cmocka_unit_test(test_describe_and_usage),
+      cmocka_unit_test(test_plan_store_flags),
       cmocka_unit_test(test_log_levels),
+      cmocka_unit_test(test_plan_limit_flags),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

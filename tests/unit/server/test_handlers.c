@@ -26,7 +26,7 @@ static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   assert_int_equal(pk_plan_cache_create(64 << 20, 30, &f->cache), PK_OK);
   pk_metrics_init(&f->metrics, 0);
-  f->env = (pk_handler_env_t){f->cache, &f->metrics, 64 << 20, true, 1000.0};
+  f->env = (pk_handler_env_t){f->cache, &f->metrics, 64 << 20, true, 1000.0, NULL, {0, 0}};
   *state = f;
   return 0;
 }
@@ -242,6 +242,17 @@ static void test_plan_errors_become_statuses(void **state) {
   pk_handle_plan(&small, req, len, &r);
   assert_int_equal(r.code, PK_GRPC_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(r.message, "--max-message-bytes"));
+  /* The plan limits refuse before planning, naming the limit. */
+  pk_handler_env_t limited = f->env;
+  limited.plan_limits.max_sequences = 4;
+  pk_handle_plan(&limited, req, len, &r);
+  assert_int_equal(r.code, PK_GRPC_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(r.message, "max_sequences = 4"));
+  assert_null(r.bytes);
+  limited.plan_limits = (pk_limits_t){0, 100};
+  pk_handle_plan(&limited, req, len, &r);
+  assert_int_equal(r.code, PK_GRPC_RESOURCE_EXHAUSTED);
+  assert_non_null(strstr(r.message, "max_plan_bytes = 100"));
   /* Every prefix of a valid request: a status, never a crash. */
   for (size_t cut = 0; cut < len; cut += 1 + cut / 8) {
     pk_handle_plan(&f->env, req, cut, &r);

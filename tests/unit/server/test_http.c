@@ -168,10 +168,77 @@ static void test_port_in_use_fails_loudly(void **state) {
   assert_int_equal(uv_loop_close(&loop), 0);
 }
 
+/* Feeds text to a new exchange in reads of `chunk` bytes, each in a buffer
+ * of exactly that size; returns the answer (a copy, "" when none). */
+static char *feed(shared_t *sh, const char *text, size_t chunk, int *done) {
+  pk_http_exchange_t *ex = pk_http_exchange_new(route, sh);
+  assert_non_null(ex);
+  size_t n = strlen(text);
+  *done = 0;
+  for (size_t off = 0; off < n; off += chunk) {
+    size_t k = n - off < chunk ? n - off : chunk;
+    char *buf = malloc(k);
+    assert_non_null(buf);
+    memcpy(buf, text + off, k);
+    *done = pk_http_exchange_feed(ex, buf, k);
+    free(buf);
+  }
+  size_t len = 0;
+  const char *ans = pk_http_exchange_answer(ex, &len);
+  char *copy = calloc(1, len + 1);
+  assert_non_null(copy);
+  if (ans != NULL)
+    memcpy(copy, ans, len);
+  pk_http_exchange_free(ex);
+  return copy;
+}
+
+/* The exchange without sockets: the same answers whole or byte by byte,
+ * nothing before the request is complete, and bytes after the answer
+ * ignored. */
+static void test_exchange_without_sockets(void **state) {
+  (void)state;
+  shared_t sh;
+  memset(&sh, 0, sizeof sh);
+  int done;
+  char *a = feed(&sh, "GET /hello?x=1 HTTP/1.1\r\nHost: x\r\n\r\nGARBAGE", 4096, &done);
+  assert_true(done);
+  assert_non_null(strstr(a, "HTTP/1.1 200 OK\r\n"));
+  assert_non_null(strstr(a, "\r\n\r\nhello body\n"));
+  free(a);
+  a = feed(&sh, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n", 1, &done);
+  assert_true(done);
+  assert_non_null(strstr(a, "hello body"));
+  free(a);
+  a = feed(&sh, "GET /hello HTTP/1.1\r\nHost: x\r\n", 3, &done);
+  assert_false(done);
+  assert_string_equal(a, "");
+  free(a);
+  a = feed(&sh, "DELETE /hello HTTP/1.1\r\n\r\n", 5, &done);
+  assert_true(done);
+  assert_non_null(strstr(a, "405 Method Not Allowed"));
+  free(a);
+  a = feed(&sh, "\x01\x02 nonsense\r\n\r\n", 2, &done);
+  assert_true(done);
+  assert_non_null(strstr(a, "400 Bad Request"));
+  free(a);
+  /* A URL longer than the listener keeps: 414, and the route never sees it. */
+  char big[3000] = "GET /";
+  memset(big + 5, 'a', 2500);
+  strcpy(big + 2505, " HTTP/1.1\r\n\r\n");
+  int before = sh.nseen;
+  a = feed(&sh, big, 700, &done);
+  assert_true(done);
+  assert_non_null(strstr(a, "414 URI Too Long"));
+  assert_int_equal(sh.nseen, before);
+  free(a);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_requests_and_answers),
       cmocka_unit_test(test_port_in_use_fails_loudly),
+      cmocka_unit_test(test_exchange_without_sockets),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,7 @@
 #include "pk_error.h"
 
 static char *render(const pk_metrics_t *m, const pk_cache_stats_t *cs, bool serving) {
-  pk_metrics_view_t v = {cs, serving, "9.9.9", "29.0.0", 2, 64, 12345};
+  pk_metrics_view_t v = {cs, serving, "9.9.9", "29.0.0", 2, 64, 12345, NULL};
   char *text = NULL;
   size_t len = 0;
   assert_int_equal(pk_metrics_render(m, &v, &text, &len), PK_OK);
@@ -173,11 +173,50 @@ static void test_text_shape_and_histogram_invariants(void **state) {
   free(t);
 }
 
+static void test_plan_store_lines(void **state) {
+  (void)state;
+  pk_metrics_t m;
+  pk_metrics_init(&m, 1700000000.0);
+  char *t = render(&m, NULL, true);
+  /* No store configured: no store lines at all. */
+  assert_false(has_line_prefix(t, "packd_plan_store_"));
+  free(t);
+  pk_histogram_observe_seconds(&m.store_read_seconds, 0.0003);
+  pk_store_stats_t st = {.where = "redis://h:6379/0",
+                         .up = false,
+                         .errors_write = 2,
+                         .errors_read = 3,
+                         .writes_ok = 5,
+                         .writes_skipped = 2,
+                         .reads_hit = 7,
+                         .reads_absent = 1,
+                         .reads_unavailable = 4,
+                         .reads_corrupt = 1,
+                         .corrupt = 1,
+                         .outages = 1};
+  pk_metrics_view_t v = {NULL, true, "9.9.9", "29.0.0", 2, 64, -1, &st};
+  size_t len;
+  assert_int_equal(pk_metrics_render(&m, &v, &t, &len), PK_OK);
+  assert_true(value_of(t, "packd_plan_store_up{store=\"redis://h:6379/0\"}") == 0);
+  assert_true(value_of(t, "packd_plan_store_errors_total{op=\"write\"}") == 2);
+  assert_true(value_of(t, "packd_plan_store_errors_total{op=\"read\"}") == 3);
+  assert_true(value_of(t, "packd_plan_store_errors_total{op=\"probe\"}") == 0);
+  assert_true(value_of(t, "packd_plan_store_writes_total{result=\"skipped\"}") == 2);
+  assert_true(value_of(t, "packd_plan_store_reads_total{result=\"hit\"}") == 7);
+  assert_true(value_of(t, "packd_plan_store_reads_total{result=\"unavailable\"}") == 4);
+  assert_true(value_of(t, "packd_plan_store_corrupt_total") == 1);
+  assert_true(value_of(t, "packd_plan_store_outages_total") == 1);
+  assert_true(value_of(t, "packd_plan_store_read_duration_seconds_count") == 1);
+  assert_true(value_of(t, "packd_plan_store_write_duration_seconds_count") == 0);
+  free(t);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_requests_by_method_and_code),
       cmocka_unit_test(test_cache_and_plan_lines),
       cmocka_unit_test(test_text_shape_and_histogram_invariants),
+      cmocka_unit_test(test_plan_store_lines),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

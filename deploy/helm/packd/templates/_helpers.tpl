@@ -41,6 +41,26 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 {{- end }}
 
+{{/* The bundled Redis's name and its selector labels. */}}
+{{- define "packd.redisName" -}}
+{{- printf "%s-redis" (include "packd.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "packd.redisSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "packd.name" . }}-redis
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: plan-store
+{{- end }}
+
+{{/* Labels of the bundled Redis's objects. */}}
+{{- define "packd.redisLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "packd.redisSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/part-of: packd
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
 {{- define "packd.image" -}}
 {{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
 {{- end }}
@@ -58,6 +78,12 @@ to render rather than produce a pod the kubelet would SIGKILL mid-drain.
 {{- $live := mul .Values.probes.liveness.periodSeconds .Values.probes.liveness.failureThreshold }}
 {{- if le (int $live) (int $notServing) }}
 {{- fail (printf "probes.liveness gives up after %v s, within the %v s drain (config.drainDelay + config.gracePeriod)" $live $notServing) }}
+{{- end }}
+{{- if and .Values.planStore.enabled (not .Values.planStore.secret.name) }}
+{{- fail "planStore.enabled needs planStore.secret.name: the Secret with the store's url and password (docs/deploy.md)" }}
+{{- end }}
+{{- if and .Values.planStore.bundled.enabled (not .Values.planStore.enabled) }}
+{{- fail "planStore.bundled.enabled needs planStore.enabled: the bundled Redis is only there to be packd's plan store" }}
 {{- end }}
 {{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
 {{- fail (printf "autoscaling.minReplicas (%v) is above autoscaling.maxReplicas (%v)" .Values.autoscaling.minReplicas .Values.autoscaling.maxReplicas) }}

@@ -1,0 +1,166 @@
+/* pk_limits_t and pk_plan_size_estimate: the estimate covers the real
+ * encoded PlanResponse on random requests and stays within a small factor of
+ * it, and a 16 Mi-sequence request is refused before planning, quickly. */
+#include <time.h>
+
+#include "codec.h"
+#include "plan_check.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The bytes the server would send for this plan. */
+static size_t encoded_size(const pk_plan_t *plan) {
+  Packd__V1__PlanResponse *resp = NULL;
+  assert_int_equal(pk_codec_encode_plan(plan, "0123456789abcdef0123456789abcdef", &resp), 0);
+  size_t s = packd__v1__plan_response__get_packed_size(resp);
+  pk_codec_free_response(resp);
+  return s;
+}
+
+static void test_estimate_covers_real_size(void **state) {
+  (void)state;
+  test_rng_t rng = {42};
+  enum { N_MAX = 3000 };
+  uint32_t *lengths = malloc(N_MAX * sizeof *lengths);
+  assert_non_null(lengths);
+  double worst_low = 1e9, worst_high = 0, compat_low = 1e9;
+  int planned = 0;
+  for (int it = 0; it < 400; it++) {
+    pk_request_t req = {0};
+    uint32_t n = 1 + test_below(&rng, N_MAX);
+    uint32_t resp_cap = 256u << test_below(&rng, 6);
+    for (uint32_t i = 0; i < n; i++)
+      lengths[i] =
+          test_below(&rng, 10) == 0 ? test_below(&rng, 64) : test_rl_length(&rng, resp_cap);
+    req.lengths = lengths;
+    req.n = n;
+    req.parallel.dp = 1 + test_below(&rng, 8);
+    req.parallel.tp = 1u << test_below(&rng, 3);
+    req.parallel.cp = 1u << test_below(&rng, 3);
+    req.parallel.sequence_parallel = test_below(&rng, 2);
+    req.batching.mini_batches = 1 + test_below(&rng, 3);
+    req.batching.mode = test_below(&rng, 4) == 0 ? PK_MODE_PADDED : PK_MODE_PACKED;
+    req.batching.max_tokens = test_below(&rng, 5) == 0 ? 0 : (8192u << test_below(&rng, 4));
+    req.batching.max_seqs = test_below(&rng, 4) == 0 ? 1 + test_below(&rng, 16) : 0;
+    req.batching.min_micro_batches = test_below(&rng, 3) == 0 ? 1 + test_below(&rng, 4) : 0;
+    if (test_below(&rng, 3) == 0) {
+      /* A compatibility pair: counts may exceed the lower bound. */
+      req.batching.dp_balance = 1 + test_below(&rng, 5);
+      req.batching.micro_algo = 1 + test_below(&rng, 5);
+    }
+    uint64_t est = pk_plan_size_estimate(&req);
+    pk_plan_t *plan = NULL;
+    char err[512];
+    if (pk_plan(&req, &plan, err, sizeof err) != 0) {
+      /* Refused requests have no plan to compare with. */
+      continue;
+    }
+    planned++;
+    assert_true(est > 0);
+    size_t real = encoded_size(plan);
+    double ratio = (double)est / (double)real;
+    bool compat = req.batching.dp_balance != PK_DP_AUTO;
+    if (compat) {
+      /* Compatibility algorithms may use many more micro-batches than the
+       * bound the estimate counts; the answer-size check after planning
+       * covers them. Only the low side is recorded. */
+      compat_low = fmin(compat_low, ratio);
+      pk_plan_free(plan);
+      continue;
+    }
+    if (est < real)
+      fail_msg("estimate %llu below the real %zu (n %u dp %u mode %u cap %llu seqs %u algo %u/%u "
+               "micros %u lb %u)",
+               (unsigned long long)est, real, n, req.parallel.dp, req.batching.mode,
+               (unsigned long long)req.batching.max_tokens, req.batching.max_seqs,
+               req.batching.dp_balance, req.batching.micro_algo, plan->stats.plan_micros,
+               plan->stats.micro_batches_lower_bound);
+    worst_low = fmin(worst_low, ratio);
+    worst_high = fmax(worst_high, ratio);
+    pk_plan_free(plan);
+  }
+  print_message("%d plans: estimate / real in [%.3f, %.3f] (AUTO), >= %.3f (compatibility)\n",
+                planned, worst_low, worst_high, compat_low);
+  assert_true(planned > 200);
+  assert_true(worst_high < 3.0);
+  free(lengths);
+}
+
+/* 16 Mi sequences: refused on max_sequences, and with that limit off on the
+ * size estimate, in well under a second and without planning. */
+static void test_16m_refused_early(void **state) {
+  (void)state;
+  const size_t n = 16u << 20;
+  uint32_t *lengths = malloc(n * sizeof *lengths);
+  assert_non_null(lengths);
+  test_rng_t rng = {7};
+  for (size_t i = 0; i < n; i++)
+    lengths[i] = 64 + test_below(&rng, 4000);
+  pk_request_t req = {.lengths = lengths, .n = n};
+  req.parallel.dp = 64;
+  req.batching.max_tokens = 16384;
+  pk_limits_t lim = {PK_DEFAULT_MAX_SEQUENCES, PK_DEFAULT_MAX_PLAN_BYTES};
+  pk_plan_t *plan = (pk_plan_t *)0x1;
+  char err[512] = "";
+  double t0 = now_s();
+  int rc = pk_plan_limited(&req, &lim, &plan, err, sizeof err);
+  double t1 = now_s();
+  assert_int_equal(rc, PK_ENOMEM);
+  assert_null(plan);
+  assert_int_equal(pk_status_from_error(rc), 8); /* RESOURCE_EXHAUSTED */
+  if (strstr(err, "max_sequences") == NULL || strstr(err, "16777216") == NULL)
+    fail_msg("message \"%s\"", err);
+  lim.max_sequences = 0;
+  rc = pk_plan_limited(&req, &lim, &plan, err, sizeof err);
+  double t2 = now_s();
+  assert_int_equal(rc, PK_ENOMEM);
+  if (strstr(err, "max_plan_bytes") == NULL || strstr(err, "estimated") == NULL)
+    fail_msg("message \"%s\"", err);
+  print_message("refused in %.3f s (max_sequences) and %.3f s (estimate): %s\n", t1 - t0, t2 - t1,
+                err);
+  assert_true(t1 - t0 < 1.0);
+  assert_true(t2 - t1 < 3.0);
+  free(lengths);
+}
+
+/* Limits at the boundary: exactly max_sequences is planned; a plan at its
+ * estimate is not refused by it. */
+static void test_limits_boundary(void **state) {
+  (void)state;
+  uint32_t lengths[16];
+  for (int i = 0; i < 16; i++)
+    lengths[i] = 100 + 10 * (uint32_t)i;
+  pk_request_t req = {.lengths = lengths, .n = 16};
+  req.parallel.dp = 2;
+  req.batching.max_tokens = 1000;
+  uint64_t est = pk_plan_size_estimate(&req);
+  pk_limits_t lim = {16, est};
+  pk_plan_t *plan = NULL;
+  char err[512];
+  assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), 0);
+  pk_plan_free(plan);
+  lim.max_sequences = 15;
+  assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), PK_ENOMEM);
+  assert_non_null(strstr(err, "max_sequences = 15"));
+  lim.max_sequences = 0;
+  lim.max_plan_bytes = est - 1;
+  assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), PK_ENOMEM);
+  assert_non_null(strstr(err, "max_plan_bytes"));
+  /* Invalid fields are still INVALID_ARGUMENT, not refused on size. */
+  req.parallel.dp = 0;
+  assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), PK_EINVAL);
+  assert_int_equal(pk_plan_size_estimate(&req), 0);
+}
+
+int main(void) {
+  const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_limits_boundary),
+      cmocka_unit_test(test_estimate_covers_real_size),
+      cmocka_unit_test(test_16m_refused_early),
+  };
+  return cmocka_run_group_tests(tests, NULL, NULL);
+}
