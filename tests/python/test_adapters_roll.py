@@ -10,7 +10,6 @@ padded tokens than ROLL's own greedy cut of the same shape."""
 import logging
 import os
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +25,7 @@ os.environ.setdefault("PACKD_BUILD_DIR", str(REPO / "build"))
 
 import packd  # noqa: E402
 from packd import roll  # noqa: E402
-from trainer_data import DataProtoLike  # noqa: E402
+from trainer_data import DataProtoLike, forget_package, installed_fake_package  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -237,16 +236,9 @@ FAKE_ROLL = {
 
 @pytest.fixture
 def fake_roll(tmp_path, monkeypatch):
-    for rel, text in FAKE_ROLL.items():
-        p = tmp_path / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text))
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [m for m in sys.modules if m == "roll" or m.startswith("roll.")]:
-        monkeypatch.delitem(sys.modules, name)
+    top = installed_fake_package(tmp_path, FAKE_ROLL, monkeypatch)
     yield tmp_path
-    for name in [m for m in sys.modules if m == "roll" or m.startswith("roll.")]:
-        del sys.modules[name]
+    forget_package(top)
 
 
 def test_patch_replaces_rolls_functions_and_packer(fake_roll, caplog):

@@ -2,7 +2,6 @@
 cap, and balance at least as good as verl's (Karmarkar-Karp with equal
 counts on the 24576*L + L**2 workload), on the rollout workload below."""
 
-import heapq
 import math
 import os
 import sys
@@ -17,6 +16,9 @@ os.environ.setdefault("PACKD_BUILD_DIR", str(REPO / "build"))
 
 import packd  # noqa: E402
 from packd import verl  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from trainer_data import kk_partition  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -44,29 +46,6 @@ def verl_mask(rng, lengths, prompt_cols=1024):
 def workload(lengths):
     L = np.asarray(lengths, dtype=np.float64)
     return 24576.0 * L + L * L
-
-
-def reference_kk_equal(values, k):
-    """Karmarkar-Karp largest differencing with equal counts, written from
-    the algorithm's description (the comparison baseline for verl's
-    _balance_batch). Returns k lists of indices."""
-    n = len(values)
-    assert n % k == 0
-    order = sorted(range(n), key=lambda i: (values[i], i))
-    heap, tick = [], 0
-    for s in range(0, n, k):
-        # A state: k sets (sum, items), largest sum first.
-        sets = sorted(([values[i], [i]] for i in order[s : s + k]), key=lambda x: -x[0])
-        heapq.heappush(heap, (-(sets[0][0] - sets[-1][0]), tick, sets))
-        tick += 1
-    while len(heap) > 1:
-        _, _, a = heapq.heappop(heap)
-        _, _, b = heapq.heappop(heap)
-        merged = [[a[i][0] + b[k - 1 - i][0], a[i][1] + b[k - 1 - i][1]] for i in range(k)]
-        merged.sort(key=lambda x: -x[0])
-        heapq.heappush(heap, (-(merged[0][0] - merged[-1][0]), tick, merged))
-        tick += 1
-    return [s[1] for s in heap[0][2]]
 
 
 def imbalance(values, parts):
@@ -130,7 +109,7 @@ def test_balance_is_no_worse_than_kk_equal(client, k):
         n = k * int(rng.integers(2, 40))
         lengths = rollout_lengths(rng, n)
         ours = imbalance(workload(lengths), chunks(verl.balance_batch(lengths, k, client=client), k))
-        ref = imbalance(workload(lengths), reference_kk_equal(workload(lengths).tolist(), k))
+        ref = imbalance(workload(lengths), kk_partition(workload(lengths).tolist(), k))
         assert ours - 1 <= max(ref - 1, 1e-4), (n, ours, ref)
 
 

@@ -12,7 +12,6 @@ import logging
 import os
 import re
 import sys
-import textwrap
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +27,14 @@ os.environ.setdefault("PACKD_BUILD_DIR", str(REPO / "build"))
 
 import packd  # noqa: E402
 from packd import verl  # noqa: E402
-from trainer_data import DataProtoLike, TensorDictLike, kk_partition, padded_batch  # noqa: E402
+from trainer_data import (  # noqa: E402
+    DataProtoLike,
+    TensorDictLike,
+    forget_package,
+    installed_fake_package,
+    kk_partition,
+    padded_batch,
+)
 
 
 @pytest.fixture(scope="module")
@@ -257,22 +263,11 @@ FAKE_VERL = {
 }
 
 
-def _write_tree(root, files):
-    for rel, text in files.items():
-        p = root / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(textwrap.dedent(text))
-
-
 @pytest.fixture
 def fake_verl(tmp_path, monkeypatch):
-    _write_tree(tmp_path, FAKE_VERL)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [m for m in sys.modules if m == "verl" or m.startswith("verl.")]:
-        monkeypatch.delitem(sys.modules, name)
+    top = installed_fake_package(tmp_path, FAKE_VERL, monkeypatch)
     yield tmp_path
-    for name in [m for m in sys.modules if m == "verl" or m.startswith("verl.")]:
-        del sys.modules[name]
+    forget_package(top)
 
 
 def test_patch_replaces_imported_names_logs_once_and_undoes(fake_verl, caplog):

@@ -13,6 +13,8 @@ run against their real code outside this repository (see docs/python.md).
 
 from __future__ import annotations
 
+import sys
+import textwrap
 from collections.abc import MutableMapping
 
 import numpy as np
@@ -125,3 +127,25 @@ def kk_partition(values, k, equal_size=True):
         heapq.heappush(heap, (-(merged[0][0] - merged[-1][0]), tick, merged))
         tick += 1
     return [s[1] for s in heap[0][2]]
+
+
+def installed_fake_package(root, files, monkeypatch):
+    """Writes ``files`` ({relative path: source}) under root, puts root first
+    on sys.path and hides every already imported module of the package's
+    top-level name, so that imports find the fresh files. Returns the
+    name, for ``forget_package`` at the end of the test."""
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(textwrap.dedent(text))
+    top = next(iter(files)).split("/")[0]
+    monkeypatch.syspath_prepend(str(root))
+    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+        monkeypatch.delitem(sys.modules, name)
+    return top
+
+
+def forget_package(top):
+    """Drops the modules a test imported from its fake package."""
+    for name in [m for m in sys.modules if m == top or m.startswith(top + ".")]:
+        del sys.modules[name]
