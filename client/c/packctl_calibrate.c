@@ -21,6 +21,7 @@
 #include <strings.h>
 
 #include "packctl.h"
+#include "packctl_fail.h"
 #include "packctl_fit.h"
 #include "packctl_output.h"
 #include "packctl_request.h"
@@ -80,17 +81,6 @@ static int usage_error(const char *fmt, ...) {
   fprintf(stderr, "\nRun 'packctl calibrate --help' for the options.\n");
   va_end(ap);
   return PACKCTL_EXIT_USAGE;
-}
-
-static int fail(char *err, size_t errlen, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static int fail(char *err, size_t errlen, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(err, errlen, fmt, ap);
-  va_end(ap);
-  return PK_EINVAL;
 }
 
 /* Returns PACKCTL_EXIT_OK, an exit status after a message, or -1 after
@@ -194,35 +184,39 @@ static int parse_record(const char *name, size_t lineno, const char *line, size_
   if (root == NULL) {
     char token[64];
     if (nonfinite_seconds(line, len, token, sizeof token))
-      return fail(err, errlen, "%s:%zu: seconds: %s is not a finite number", name, lineno, token);
-    return fail(err, errlen, "%s:%zu:%d: invalid JSON: %s", name, lineno, jerr.column, jerr.text);
+      return packctl_fail(err, errlen, PK_EINVAL, "%s:%zu: seconds: %s is not a finite number",
+                          name, lineno, token);
+    return packctl_fail(err, errlen, PK_EINVAL, "%s:%zu:%d: invalid JSON: %s", name, lineno,
+                        jerr.column, jerr.text);
   }
   int rc = 0;
   uint32_t *lengths = NULL;
   char text[64];
   if (!json_is_object(root)) {
-    rc = fail(err, errlen,
-              "%s:%zu: expected a JSON object {\"lengths\": [...], \"seconds\": T}, got %s", name,
-              lineno, json_is_array(root) ? "an array" : "a scalar");
+    rc = packctl_fail(err, errlen, PK_EINVAL,
+                      "%s:%zu: expected a JSON object {\"lengths\": [...], \"seconds\": T}, got %s",
+                      name, lineno, json_is_array(root) ? "an array" : "a scalar");
     goto done;
   }
   const json_t *lv = json_object_get(root, "lengths");
   const json_t *sv = json_object_get(root, "seconds");
   if (lv == NULL) {
-    rc = fail(err, errlen, "%s:%zu: lengths: missing (the micro-batch's sequence lengths)", name,
-              lineno);
+    rc =
+        packctl_fail(err, errlen, PK_EINVAL,
+                     "%s:%zu: lengths: missing (the micro-batch's sequence lengths)", name, lineno);
     goto done;
   }
   if (!json_is_array(lv)) {
     value_text(lv, text, sizeof text);
-    rc = fail(err, errlen, "%s:%zu: lengths: expected an array of integers, got %s", name, lineno,
-              text);
+    rc = packctl_fail(err, errlen, PK_EINVAL,
+                      "%s:%zu: lengths: expected an array of integers, got %s", name, lineno, text);
     goto done;
   }
   size_t k = json_array_size(lv);
   if (k == 0) {
-    rc = fail(err, errlen, "%s:%zu: lengths: empty (a micro-batch holds at least one sequence)",
-              name, lineno);
+    rc = packctl_fail(err, errlen, PK_EINVAL,
+                      "%s:%zu: lengths: empty (a micro-batch holds at least one sequence)", name,
+                      lineno);
     goto done;
   }
   lengths = malloc(k * sizeof *lengths);
@@ -235,33 +229,36 @@ static int parse_record(const char *name, size_t lineno, const char *line, size_
     const json_t *e = json_array_get(lv, i);
     if (!json_is_integer(e)) {
       value_text(e, text, sizeof text);
-      rc = fail(err, errlen, "%s:%zu: lengths[%zu]: expected a non-negative integer, got %s", name,
-                lineno, i, text);
+      rc = packctl_fail(err, errlen, PK_EINVAL,
+                        "%s:%zu: lengths[%zu]: expected a non-negative integer, got %s", name,
+                        lineno, i, text);
       goto done;
     }
     json_int_t v = json_integer_value(e);
     if (v < 0 || v > (json_int_t)UINT32_MAX) {
-      rc = fail(err, errlen, "%s:%zu: lengths[%zu]: %lld is %s", name, lineno, i, (long long)v,
-                v < 0 ? "negative" : "above 4294967295");
+      rc = packctl_fail(err, errlen, PK_EINVAL, "%s:%zu: lengths[%zu]: %lld is %s", name, lineno, i,
+                        (long long)v, v < 0 ? "negative" : "above 4294967295");
       goto done;
     }
     lengths[i] = (uint32_t)v;
   }
   if (sv == NULL) {
-    rc = fail(err, errlen, "%s:%zu: seconds: missing (the micro-batch's measured time)", name,
-              lineno);
+    rc = packctl_fail(err, errlen, PK_EINVAL,
+                      "%s:%zu: seconds: missing (the micro-batch's measured time)", name, lineno);
     goto done;
   }
   if (!json_is_number(sv)) {
     value_text(sv, text, sizeof text);
-    rc = fail(err, errlen, "%s:%zu: seconds: expected a number, got %s", name, lineno, text);
+    rc = packctl_fail(err, errlen, PK_EINVAL, "%s:%zu: seconds: expected a number, got %s", name,
+                      lineno, text);
     goto done;
   }
   double s = json_number_value(sv);
   if (!isfinite(s) || s < 0) {
     value_text(sv, text, sizeof text);
-    rc = fail(err, errlen, "%s:%zu: seconds: %s is %s (a measured time is finite and >= 0)", name,
-              lineno, text, isfinite(s) ? "negative" : "not finite");
+    rc = packctl_fail(err, errlen, PK_EINVAL,
+                      "%s:%zu: seconds: %s is %s (a measured time is finite and >= 0)", name,
+                      lineno, text, isfinite(s) ? "negative" : "not finite");
     goto done;
   }
   packctl_fit_features(lengths, k, align, x);
@@ -323,8 +320,8 @@ static int read_records(const char *path, uint32_t align, records_t *r, char *er
     p = end + (nl != NULL);
   }
   if (rc == 0 && r->n == 0)
-    rc = fail(err, errlen, "%s: no records (%s)", name,
-              size == 0 ? "the file is empty" : "only blank lines");
+    rc = packctl_fail(err, errlen, PK_EINVAL, "%s: no records (%s)", name,
+                      size == 0 ? "the file is empty" : "only blank lines");
   free(data);
   return rc;
 }

@@ -2,6 +2,7 @@
  * their eigenvalues, and Lawson-Hanson non-negative least squares. See
  * packctl_fit.h. */
 #include "packctl_fit.h"
+#include "packctl_fail.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -20,19 +21,6 @@ const char *const packctl_fit_names[P] = {"per_micro_batch", "per_sequence", "li
  * far below any real variation of counts and lengths, and far above the
  * rounding of sums over millions of records (about 1e-16 per record). */
 #define PACKCTL_FIT_MIN_EIGEN 1e-12
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
 
 void packctl_fit_features(const uint32_t *lengths, size_t k, uint32_t align, double x[P]) {
   double sum = 0, sq = 0;
@@ -247,10 +235,10 @@ int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, 
   memset(out, 0, sizeof *out);
   out->samples = n;
   if (n < P)
-    return fail(err, errlen, PACKCTL_FIT_TOO_FEW,
-                "%zu record%s: fitting the %d coefficients (per_micro_batch, per_sequence, "
-                "linear, quadratic) needs at least %d",
-                n, n == 1 ? "" : "s", P, P);
+    return packctl_fail(err, errlen, PACKCTL_FIT_TOO_FEW,
+                        "%zu record%s: fitting the %d coefficients (per_micro_batch, per_sequence, "
+                        "linear, quadratic) needs at least %d",
+                        n, n == 1 ? "" : "s", P, P);
   /* Column norms: the features scaled by them have unit norm. */
   double scale[P] = {0};
   for (size_t i = 0; i < n; i++)
@@ -265,9 +253,10 @@ int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, 
   if (any_zero) {
     char names[96];
     name_list(zero, names, sizeof names);
-    return fail(err, errlen, PACKCTL_FIT_COLLINEAR,
-                "%s cannot be fitted: %s (time micro-batches of sequences of non-zero length)",
-                names, zero[PACKCTL_FIT_SEQ] ? "no record has a sequence" : "every length is 0");
+    return packctl_fail(
+        err, errlen, PACKCTL_FIT_COLLINEAR,
+        "%s cannot be fitted: %s (time micro-batches of sequences of non-zero length)", names,
+        zero[PACKCTL_FIT_SEQ] ? "no record has a sequence" : "every length is 0");
   }
   double g[P][P] = {{0}}, h[P] = {0};
   for (size_t i = 0; i < n; i++) {
@@ -300,24 +289,26 @@ int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, 
             mixed[j] || (!(val[e] > PACKCTL_FIT_MIN_EIGEN * val[hi]) && fabs(vec[j][e]) > 0.05);
     char names[96];
     name_list(mixed, names, sizeof names);
-    return fail(err, errlen, PACKCTL_FIT_COLLINEAR,
-                "collinear records: they do not tell %s apart (the features 1, sequences, "
-                "tokens and squared tokens of the records are linearly dependent); time "
-                "micro-batches with different numbers of sequences and different lengths",
-                names);
+    return packctl_fail(err, errlen, PACKCTL_FIT_COLLINEAR,
+                        "collinear records: they do not tell %s apart (the features 1, sequences, "
+                        "tokens and squared tokens of the records are linearly dependent); time "
+                        "micro-batches with different numbers of sequences and different lengths",
+                        names);
   }
   double c[P];
   if (packctl_nnls(P, &g[0][0], h, c) != 0)
-    return fail(err, errlen, PACKCTL_FIT_COLLINEAR,
-                "collinear records: the least squares system is singular; time micro-batches "
-                "with different numbers of sequences and different lengths");
+    return packctl_fail(
+        err, errlen, PACKCTL_FIT_COLLINEAR,
+        "collinear records: the least squares system is singular; time micro-batches "
+        "with different numbers of sequences and different lengths");
   for (int j = 0; j < P; j++)
     out->coef[j] = c[j] / scale[j];
   if (out->coef[PACKCTL_FIT_LINEAR] == 0 && out->coef[PACKCTL_FIT_QUAD] == 0)
-    return fail(err, errlen, PACKCTL_FIT_NO_TOKENS,
-                "the fit gives linear = quadratic = 0 (the times do not grow with tokens), "
-                "and a Cost with both 0 means the default model; time micro-batches with more "
-                "different token counts");
+    return packctl_fail(
+        err, errlen, PACKCTL_FIT_NO_TOKENS,
+        "the fit gives linear = quadratic = 0 (the times do not grow with tokens), "
+        "and a Cost with both 0 means the default model; time micro-batches with more "
+        "different token counts");
   double mean = 0;
   for (size_t i = 0; i < n; i++)
     mean += t[i];

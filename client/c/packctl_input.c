@@ -3,6 +3,7 @@
  * manifest (a PlanRequest in the protobuf JSON mapping, proto or
  * lowerCamelCase names, parsed with libjansson). */
 #include "packctl_input.h"
+#include "packctl_fail.h"
 
 #include <stdarg.h>
 #include <stdbool.h>
@@ -14,19 +15,6 @@
 
 #include "packctl_request.h"
 #include "pk_error.h"
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
 
 /* A growable array of uint32 pairs (length, loss tokens). */
 typedef struct seq_buf {
@@ -102,30 +90,31 @@ static int read_lengths(const char *name, const char *data, size_t size,
     int k = parse_line(p, end, v);
     if (k < 0) {
       int shown = (int)(end - p > 60 ? 60 : end - p);
-      rc = fail(err, errlen, PK_EINVAL,
-                "%s:%zu: expected TOTAL or PROMPT RESPONSE (unsigned 32-bit integers), got '%.*s'",
-                name, line, shown, p);
+      rc = packctl_fail(
+          err, errlen, PK_EINVAL,
+          "%s:%zu: expected TOTAL or PROMPT RESPONSE (unsigned 32-bit integers), got '%.*s'", name,
+          line, shown, p);
       goto done;
     }
     if (k == 1) {
       rc = seq_push(&b, (uint32_t)v[0], (uint32_t)v[0]);
     } else if (k == 2) {
       if (v[0] + v[1] > UINT32_MAX) {
-        rc = fail(err, errlen, PK_EINVAL, "%s:%zu: PROMPT + RESPONSE = %llu exceeds 2^32-1", name,
-                  line, (unsigned long long)(v[0] + v[1]));
+        rc = packctl_fail(err, errlen, PK_EINVAL, "%s:%zu: PROMPT + RESPONSE = %llu exceeds 2^32-1",
+                          name, line, (unsigned long long)(v[0] + v[1]));
         goto done;
       }
       any_pair = true;
       rc = seq_push(&b, (uint32_t)(v[0] + v[1]), (uint32_t)v[1]);
     }
     if (rc != 0) {
-      rc = fail(err, errlen, PK_ENOMEM, "%s: out of memory at line %zu", name, line);
+      rc = packctl_fail(err, errlen, PK_ENOMEM, "%s: out of memory at line %zu", name, line);
       goto done;
     }
     p = eol + 1;
   }
   if (b.n == 0) {
-    rc = fail(err, errlen, PK_EINVAL, "%s: no sequence lengths found", name);
+    rc = packctl_fail(err, errlen, PK_EINVAL, "%s: no sequence lengths found", name);
     goto done;
   }
   /* The lengths move into the request; loss tokens only when some line gave
@@ -191,14 +180,14 @@ static void snake_name(const char *key, char *out, size_t len) {
 static int read_uint_array(const json_t *arr, const char *field, uint64_t max, size_t width,
                            void **out, size_t *n, char *err, size_t errlen) {
   if (!json_is_array(arr))
-    return fail(err, errlen, PK_EINVAL, "manifest: %s: expected an array", field);
+    return packctl_fail(err, errlen, PK_EINVAL, "manifest: %s: expected an array", field);
   size_t count = json_array_size(arr);
   void *data = NULL;
   if (count > 0) {
     data = calloc(count, width);
     if (data == NULL)
-      return fail(err, errlen, PK_ENOMEM, "manifest: %s: out of memory for %zu entries", field,
-                  count);
+      return packctl_fail(err, errlen, PK_ENOMEM, "manifest: %s: out of memory for %zu entries",
+                          field, count);
   }
   for (size_t i = 0; i < count; i++) {
     char text[64], what[96];
@@ -209,7 +198,7 @@ static int read_uint_array(const json_t *arr, const char *field, uint64_t max, s
     if ((json_is_integer(v) || json_is_string(v)) && scalar_text(v, text, sizeof text))
       rc = packctl_parse_u64(text, max, what, &x, err, errlen);
     else
-      fail(err, errlen, PK_EINVAL, "%s: expected an unsigned integer", what);
+      packctl_fail(err, errlen, PK_EINVAL, "%s: expected an unsigned integer", what);
     if (rc != 0) {
       free(data);
       return rc;
@@ -230,10 +219,10 @@ static int read_manifest(const char *name, const char *data, size_t size,
   json_error_t jerr;
   json_t *root = json_loadb(data, size, JSON_REJECT_DUPLICATES, &jerr);
   if (root == NULL)
-    return fail(err, errlen, PK_EINVAL, "%s:%d:%d: invalid JSON manifest: %s", name, jerr.line,
-                jerr.column, jerr.text);
+    return packctl_fail(err, errlen, PK_EINVAL, "%s:%d:%d: invalid JSON manifest: %s", name,
+                        jerr.line, jerr.column, jerr.text);
   if (!json_is_object(root)) {
-    rc = fail(err, errlen, PK_EINVAL, "%s: the manifest must be a JSON object", name);
+    rc = packctl_fail(err, errlen, PK_EINVAL, "%s: the manifest must be a JSON object", name);
     goto done;
   }
   const char *key;
@@ -266,7 +255,7 @@ static int read_manifest(const char *name, const char *data, size_t size,
     } else if (strcmp(field, "parallel") == 0 || strcmp(field, "batching") == 0 ||
                strcmp(field, "cost") == 0 || strcmp(field, "layout") == 0) {
       if (!json_is_object(val)) {
-        rc = fail(err, errlen, PK_EINVAL, "manifest: %s: expected an object", field);
+        rc = packctl_fail(err, errlen, PK_EINVAL, "manifest: %s: expected an object", field);
         goto done;
       }
       const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field_by_name(
@@ -281,11 +270,11 @@ static int read_manifest(const char *name, const char *data, size_t size,
         if (json_is_null(sval))
           continue;
         if (protobuf_c_message_descriptor_get_field_by_name(sd, sfield) == NULL) {
-          rc = fail(err, errlen, PK_EINVAL, "manifest: unknown field '%s.%s'", field, skey);
+          rc = packctl_fail(err, errlen, PK_EINVAL, "manifest: unknown field '%s.%s'", field, skey);
           goto done;
         }
         if (!scalar_text(sval, text, sizeof text)) {
-          rc = fail(err, errlen, PK_EINVAL, "%s: expected a number, string or bool", what);
+          rc = packctl_fail(err, errlen, PK_EINVAL, "%s: expected a number, string or bool", what);
           goto done;
         }
         rc = packctl_request_set(req, field, sfield, text, what, err, errlen);
@@ -297,20 +286,20 @@ static int read_manifest(const char *name, const char *data, size_t size,
       snprintf(what, sizeof what, "manifest: %s", key);
       if (!scalar_text(val, text, sizeof text) ||
           (strcmp(field, "job") == 0 && !json_is_string(val))) {
-        rc = fail(err, errlen, PK_EINVAL, "%s: expected a %s", what,
-                  field[0] == 'j' ? "string" : "number");
+        rc = packctl_fail(err, errlen, PK_EINVAL, "%s: expected a %s", what,
+                          field[0] == 'j' ? "string" : "number");
         goto done;
       }
       rc = packctl_request_set(req, NULL, field, text, what, err, errlen);
       if (rc != 0)
         goto done;
     } else {
-      rc = fail(err, errlen, PK_EINVAL, "manifest: unknown field '%s'", key);
+      rc = packctl_fail(err, errlen, PK_EINVAL, "manifest: unknown field '%s'", key);
       goto done;
     }
   }
   if (req->n_lengths == 0)
-    rc = fail(err, errlen, PK_EINVAL, "%s: the manifest has no \"lengths\"", name);
+    rc = packctl_fail(err, errlen, PK_EINVAL, "%s: the manifest has no \"lengths\"", name);
 done:
   json_decref(root);
   return rc;

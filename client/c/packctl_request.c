@@ -2,6 +2,7 @@
  * descriptors (one parser for flags and manifests), reading binary requests
  * and sampling. */
 #include "packctl_request.h"
+#include "packctl_fail.h"
 
 #include <errno.h>
 #include <math.h>
@@ -13,20 +14,6 @@
 #include <strings.h>
 
 #include "pk_planner.h"
-
-/* Writes a formatted message into err and returns code. */
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...)
-    __attribute__((format(printf, 4, 5)));
-
-static int fail(char *err, size_t errlen, int code, const char *fmt, ...) {
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return code;
-}
 
 Packd__V1__PlanRequest *packctl_request_new(void) {
   Packd__V1__PlanRequest *req = malloc(sizeof *req);
@@ -40,20 +27,21 @@ int packctl_parse_u64(const char *text, uint64_t max, const char *what, uint64_t
   uint64_t v = 0;
   const char *p = text;
   if (p == NULL || *p == '\0')
-    return fail(err, errlen, PK_EINVAL, "%s: expected an unsigned integer, got an empty value",
-                what);
+    return packctl_fail(err, errlen, PK_EINVAL,
+                        "%s: expected an unsigned integer, got an empty value", what);
   for (; *p != '\0'; p++) {
     if (*p < '0' || *p > '9')
-      return fail(err, errlen, PK_EINVAL, "%s: expected an unsigned integer, got '%s'", what, text);
+      return packctl_fail(err, errlen, PK_EINVAL, "%s: expected an unsigned integer, got '%s'",
+                          what, text);
     uint64_t d = (uint64_t)(*p - '0');
     if (v > (UINT64_MAX - d) / 10)
-      return fail(err, errlen, PK_EINVAL, "%s: '%s' is too large (at most %llu)", what, text,
-                  (unsigned long long)max);
+      return packctl_fail(err, errlen, PK_EINVAL, "%s: '%s' is too large (at most %llu)", what,
+                          text, (unsigned long long)max);
     v = v * 10 + d;
   }
   if (v > max)
-    return fail(err, errlen, PK_EINVAL, "%s: '%s' is too large (at most %llu)", what, text,
-                (unsigned long long)max);
+    return packctl_fail(err, errlen, PK_EINVAL, "%s: '%s' is too large (at most %llu)", what, text,
+                        (unsigned long long)max);
   *out = v;
   return 0;
 }
@@ -72,7 +60,7 @@ static int parse_bool(const char *text, const char *what, protobuf_c_boolean *ou
       return 0;
     }
   }
-  return fail(err, errlen, PK_EINVAL, "%s: expected true or false, got '%s'", what, text);
+  return packctl_fail(err, errlen, PK_EINVAL, "%s: expected true or false, got '%s'", what, text);
 }
 
 static int parse_double(const char *text, const char *what, double *out, char *err, size_t errlen) {
@@ -80,7 +68,8 @@ static int parse_double(const char *text, const char *what, double *out, char *e
   errno = 0;
   double v = strtod(text, &end);
   if (*text == '\0' || end == NULL || *end != '\0' || errno == ERANGE || !isfinite(v))
-    return fail(err, errlen, PK_EINVAL, "%s: expected a finite number, got '%s'", what, text);
+    return packctl_fail(err, errlen, PK_EINVAL, "%s: expected a finite number, got '%s'", what,
+                        text);
   *out = v;
   return 0;
 }
@@ -145,8 +134,8 @@ static int parse_enum(const ProtobufCEnumDescriptor *d, const char *text, const 
       break;
     used += (size_t)w;
   }
-  return fail(err, errlen, PK_EINVAL, "%s: unknown value '%s' (expected one of: %s)", what, text,
-              list);
+  return packctl_fail(err, errlen, PK_EINVAL, "%s: unknown value '%s' (expected one of: %s)", what,
+                      text, list);
 }
 
 /* The message that holds `sub` fields, created on first use. */
@@ -159,13 +148,13 @@ static int sub_message(Packd__V1__PlanRequest *req, const char *sub, ProtobufCMe
   const ProtobufCFieldDescriptor *fd =
       protobuf_c_message_descriptor_get_field_by_name(&packd__v1__plan_request__descriptor, sub);
   if (fd == NULL || fd->type != PROTOBUF_C_TYPE_MESSAGE)
-    return fail(err, errlen, PK_EINVAL, "unknown request field '%s'", sub);
+    return packctl_fail(err, errlen, PK_EINVAL, "unknown request field '%s'", sub);
   ProtobufCMessage **slot = (ProtobufCMessage **)((char *)req + fd->offset);
   if (*slot == NULL) {
     const ProtobufCMessageDescriptor *d = fd->descriptor;
     ProtobufCMessage *m = malloc(d->sizeof_message);
     if (m == NULL)
-      return fail(err, errlen, PK_ENOMEM, "out of memory");
+      return packctl_fail(err, errlen, PK_ENOMEM, "out of memory");
     protobuf_c_message_init(d, m);
     *slot = m;
   }
@@ -182,8 +171,8 @@ int packctl_request_set(Packd__V1__PlanRequest *req, const char *sub, const char
   const ProtobufCFieldDescriptor *fd =
       protobuf_c_message_descriptor_get_field_by_name(m->descriptor, field);
   if (fd == NULL || fd->label == PROTOBUF_C_LABEL_REPEATED)
-    return fail(err, errlen, PK_EINVAL, "%s: not a scalar field of %s", what,
-                sub != NULL ? sub : "PlanRequest");
+    return packctl_fail(err, errlen, PK_EINVAL, "%s: not a scalar field of %s", what,
+                        sub != NULL ? sub : "PlanRequest");
   void *member = (char *)m + fd->offset;
   uint64_t u = 0;
   switch (fd->type) {
@@ -207,7 +196,7 @@ int packctl_request_set(Packd__V1__PlanRequest *req, const char *sub, const char
     size_t len = strlen(text);
     char *copy = malloc(len + 1);
     if (copy == NULL)
-      return fail(err, errlen, PK_ENOMEM, "out of memory");
+      return packctl_fail(err, errlen, PK_ENOMEM, "out of memory");
     memcpy(copy, text, len + 1);
     char **slot = (char **)member;
     if (*slot != NULL && *slot != protobuf_c_empty_string)
@@ -216,7 +205,7 @@ int packctl_request_set(Packd__V1__PlanRequest *req, const char *sub, const char
     return 0;
   }
   default:
-    return fail(err, errlen, PK_EINVAL, "%s: unsupported field type", what);
+    return packctl_fail(err, errlen, PK_EINVAL, "%s: unsupported field type", what);
   }
 }
 
@@ -229,13 +218,13 @@ int packctl_slurp(const char *path, char **data, size_t *len, char *err, size_t 
   *data = NULL;
   *len = 0;
   if (f == NULL)
-    return fail(err, errlen, PK_EINVAL, "%s: cannot open: %s", path, strerror(errno));
+    return packctl_fail(err, errlen, PK_EINVAL, "%s: cannot open: %s", path, strerror(errno));
   for (;;) {
     if (cap - used < 2) {
       size_t ncap = cap == 0 ? 65536 : cap * 2;
       char *nbuf = ncap > cap ? realloc(buf, ncap) : NULL;
       if (nbuf == NULL) {
-        rc = fail(err, errlen, PK_ENOMEM, "%s: out of memory reading the input", path);
+        rc = packctl_fail(err, errlen, PK_ENOMEM, "%s: out of memory reading the input", path);
         goto done;
       }
       buf = nbuf;
@@ -245,7 +234,7 @@ int packctl_slurp(const char *path, char **data, size_t *len, char *err, size_t 
     used += got;
     if (got == 0) {
       if (ferror(f)) {
-        rc = fail(err, errlen, PK_EINVAL, "%s: read error", is_stdin ? "stdin" : path);
+        rc = packctl_fail(err, errlen, PK_EINVAL, "%s: read error", is_stdin ? "stdin" : path);
         goto done;
       }
       break;
@@ -275,8 +264,8 @@ int packctl_read_request_file(const char *path, Packd__V1__PlanRequest **req, ch
       packd__v1__plan_request__unpack(NULL, len, len == 0 ? empty : (const uint8_t *)data);
   free(data);
   if (m == NULL)
-    return fail(err, errlen, PK_EINVAL, "%s: not a valid packd.v1.PlanRequest (%zu bytes)", path,
-                len);
+    return packctl_fail(err, errlen, PK_EINVAL, "%s: not a valid packd.v1.PlanRequest (%zu bytes)",
+                        path, len);
   *req = m;
   return 0;
 }
@@ -308,13 +297,13 @@ int packctl_sample(Packd__V1__PlanRequest *req, size_t count, uint64_t seed, cha
                    size_t errlen) {
   size_t n = req->n_lengths;
   if (count > n)
-    return fail(err, errlen, PK_EINVAL, "--sample: %zu is more than the %zu sequences of the input",
-                count, n);
+    return packctl_fail(err, errlen, PK_EINVAL,
+                        "--sample: %zu is more than the %zu sequences of the input", count, n);
   if (count == 0)
-    return fail(err, errlen, PK_EINVAL, "--sample: must be at least 1, got 0");
+    return packctl_fail(err, errlen, PK_EINVAL, "--sample: must be at least 1, got 0");
   size_t *idx = calloc(n, sizeof *idx);
   if (idx == NULL)
-    return fail(err, errlen, PK_ENOMEM, "--sample: out of memory");
+    return packctl_fail(err, errlen, PK_ENOMEM, "--sample: out of memory");
   /* A partial Fisher-Yates shuffle picks `count` distinct indices; sorting
    * them keeps the input order of the sample. */
   for (size_t i = 0; i < n; i++)
@@ -346,11 +335,11 @@ int packctl_sample(Packd__V1__PlanRequest *req, size_t count, uint64_t seed, cha
 
 int packctl_group_runs(Packd__V1__PlanRequest *req, uint64_t size, char *err, size_t errlen) {
   if (size == 0)
-    return fail(err, errlen, PK_EINVAL, "--group-size: must be at least 1, got 0");
+    return packctl_fail(err, errlen, PK_EINVAL, "--group-size: must be at least 1, got 0");
   size_t n = req->n_lengths;
   uint64_t *groups = n > 0 ? malloc(n * sizeof *groups) : NULL;
   if (n > 0 && groups == NULL)
-    return fail(err, errlen, PK_ENOMEM, "--group-size: out of memory");
+    return packctl_fail(err, errlen, PK_ENOMEM, "--group-size: out of memory");
   for (size_t i = 0; i < n; i++)
     groups[i] = (uint64_t)i / size;
   free(req->groups);

@@ -178,8 +178,6 @@ def select_rows(batch, idx):
         if helper is not None and type(batch).__name__ == "TensorDict":
             return helper(batch, idx.tolist())
         if any(_is_nested(batch[k]) for k in batch.keys()):
-            import torch
-
             parts = {k: select_value(batch[k], idx) for k in batch.keys()}
             return type(batch)(parts, batch_size=[int(idx.size)])
         import torch

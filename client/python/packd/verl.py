@@ -79,7 +79,7 @@ def roundup_divisible(a: int, b: int) -> int:
     return ((a + b - 1) // b) * b
 
 
-def _plan_values(values: np.ndarray, k: int, equal_size: bool, client, groups=None, **kw):
+def _plan_values(values: np.ndarray, k: int, equal_size: bool, client):
     """Partitions of arbitrary non-negative numbers over k ranks, planned by
     packd with the cost of an item equal to its value (linear 1, quadratic
     0, no cap). Fractional values, or values summing past int32, are scaled
@@ -98,8 +98,8 @@ def _plan_values(values: np.ndarray, k: int, equal_size: bool, client, groups=No
     # sometimes ends a few 1e-4 lower. Both are planned and the lower
     # largest sum is kept, so the result is never worse than verl's.
     for algo in ("auto", "kk_equal" if equal_size else "kk"):
-        plan = client.plan(units, groups=groups, dp=k, equal_count=bool(equal_size), dp_balance=algo,
-                           linear=1.0, quadratic=0.0, **kw)
+        plan = client.plan(units, dp=k, equal_count=bool(equal_size), dp_balance=algo, linear=1.0,
+                           quadratic=0.0)
         parts = [np.asarray(r.seqs, dtype=np.int64) for r in plan]
         top = max(float(values[p].sum()) for p in parts)
         if best is None or top < best_max:
