@@ -34,6 +34,7 @@
  * codec does not depend on gRPC headers. */
 enum {
   PK_GRPC_OK = 0,
+  PK_GRPC_CANCELLED = 1,
   PK_GRPC_INVALID_ARGUMENT = 3,
   PK_GRPC_NOT_FOUND = 5,
   PK_GRPC_RESOURCE_EXHAUSTED = 8,
@@ -54,6 +55,8 @@ int pk_status_from_error(int code) {
     return PK_GRPC_RESOURCE_EXHAUSTED;
   case PK_ENOTFOUND:
     return PK_GRPC_NOT_FOUND;
+  case PK_ECANCELED:
+    return PK_GRPC_CANCELLED;
   default:
     /* PK_EINTERNAL and any code this table does not know is a bug. */
     return PK_GRPC_INTERNAL;

@@ -44,6 +44,8 @@ int pk_client_error_from_status(int code) {
     return PK_ENOMEM;
   case GRPC_STATUS_NOT_FOUND:
     return PK_ENOTFOUND;
+  case GRPC_STATUS_CANCELLED:
+    return PK_ECANCELED;
   default:
     return PK_EINTERNAL;
   }

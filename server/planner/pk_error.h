@@ -27,6 +27,10 @@ enum pk_error {
   PK_EDECODE = -5,
   /* Not found (gRPC NOT_FOUND), e.g. a plan id not in the cache. */
   PK_ENOTFOUND = -6,
+  /* The caller's stop condition (pk_limits_t.should_stop) asked the planner
+   * to stop; nothing was planned (gRPC CANCELLED, unless the caller knows a
+   * better reason: a passed deadline or a shutdown). */
+  PK_ECANCELED = -7,
 };
 
 /* A static string naming the code, e.g. "invalid argument". Never NULL. */

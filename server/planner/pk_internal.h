@@ -72,7 +72,17 @@ typedef struct pk_ctx {
   /* The request's group ids by sequence index (groups[idx[k]] is item k's),
    * or NULL when the request has none. */
   const uint64_t *groups;
+  /* The caller's stop condition (pk_limits_t), or NULL: poll it with
+   * pk_stopped() between stages and every few thousand iterations of a
+   * long loop; on true, unwind and return PK_ECANCELED. */
+  const pk_limits_t *limits;
 } pk_ctx_t;
+
+/* True when the caller asked the planner to stop. */
+static inline bool pk_stopped(const pk_ctx_t *ctx) {
+  return ctx->limits != NULL && ctx->limits->should_stop != NULL &&
+         ctx->limits->should_stop(ctx->limits->stop_arg) != 0;
+}
 
 /* The running state of one micro-batch while it is being filled. */
 typedef struct pk_bin {

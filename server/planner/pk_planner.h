@@ -183,6 +183,15 @@ PK_EXPORT int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_
 typedef struct pk_limits {
   uint64_t max_sequences;  /* Sequences per request. */
   uint64_t max_plan_bytes; /* pk_plan_size_estimate of the encoded PlanResponse. */
+  /* A cooperative stop: the planner calls should_stop(stop_arg) between its
+   * stages and inside its long loops (at least every few milliseconds of
+   * work), on the planning thread. A nonzero answer stops planning:
+   * pk_plan_limited frees everything it built and returns PK_ECANCELED.
+   * The planner does no I/O and starts no thread; the callback decides
+   * (an atomic flag, a deadline against a monotonic clock). It must be
+   * cheap and must not call back into the planner. NULL: never stops. */
+  int (*should_stop)(void *stop_arg);
+  void *stop_arg;
 } pk_limits_t;
 
 /* The defaults of the server (--max-sequences, --max-plan-bytes) and of

@@ -179,7 +179,9 @@ static int assign_mini_batch(const pk_ctx_t *ctx, pk_assign_t *a, uint32_t mini,
     rc = pk_auto_assign(ctx, a, err, errlen);
   else
     rc = pk_compat_assign(ctx, a, err, errlen);
-  if (rc != 0 && rc != PK_ENOMEM && err != NULL && err[0] == '\0')
+  if (rc == PK_ECANCELED && err != NULL && err[0] == '\0')
+    pk_fail(err, errlen, rc, "planning stopped by the caller at mini-batch %u", mini);
+  else if (rc != 0 && rc != PK_ENOMEM && err != NULL && err[0] == '\0')
     pk_fail(err, errlen, rc, "mini-batch %u: no plan satisfies the constraints", mini);
   return rc;
 }
@@ -246,7 +248,12 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
                     .size = size,
                     .cost = cost,
                     .len = len,
-                    .groups = req->groups};
+                    .groups = req->groups,
+                    .limits = limits};
+    if (pk_stopped(&ctx)) {
+      rc = pk_fail(err, errlen, PK_ECANCELED, "planning stopped by the caller at mini-batch %u", b);
+      goto done;
+    }
     for (uint32_t k = 0; k < m; k++)
       by_size[k] = k;
     pk_sort_by_cost_desc(&ctx, by_size, m);
@@ -257,6 +264,10 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
     pk_assign_t a = {.rank = arank, .micro = amicro, .pos = apos, .nmicro = 0};
     if ((rc = assign_mini_batch(&ctx, &a, b, err, errlen)) != 0)
       goto done;
+    if (pk_stopped(&ctx)) {
+      rc = pk_fail(err, errlen, PK_ECANCELED, "planning stopped by the caller at mini-batch %u", b);
+      goto done;
+    }
     if ((rc = pk_build_add_mini_batch(&bld, &ctx, &a, pk_micro_lower_bound(&ctx))) != 0) {
       if (rc == PK_ENOMEM)
         pk_fail(err, errlen, rc, "mini-batch %u: out of memory", b);

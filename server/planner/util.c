@@ -83,6 +83,8 @@ const char *pk_strerror(int code) {
     return "malformed message";
   case PK_ENOTFOUND:
     return "not found";
+  case PK_ECANCELED:
+    return "cancelled";
   default:
     return "unknown error";
   }

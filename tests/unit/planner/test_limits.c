@@ -103,7 +103,8 @@ static void test_16m_refused_early(void **state) {
   pk_request_t req = {.lengths = lengths, .n = n};
   req.parallel.dp = 64;
   req.batching.max_tokens = 16384;
-  pk_limits_t lim = {PK_DEFAULT_MAX_SEQUENCES, PK_DEFAULT_MAX_PLAN_BYTES};
+  pk_limits_t lim = {.max_sequences = PK_DEFAULT_MAX_SEQUENCES,
+                     .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES};
   pk_plan_t *plan = (pk_plan_t *)0x1;
   char err[512] = "";
   double t0 = now_s();
@@ -138,7 +139,7 @@ static void test_limits_boundary(void **state) {
   req.parallel.dp = 2;
   req.batching.max_tokens = 1000;
   uint64_t est = pk_plan_size_estimate(&req);
-  pk_limits_t lim = {16, est};
+  pk_limits_t lim = {.max_sequences = 16, .max_plan_bytes = est};
   pk_plan_t *plan = NULL;
   char err[512];
   assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), 0);
@@ -156,11 +157,73 @@ static void test_limits_boundary(void **state) {
   assert_int_equal(pk_plan_size_estimate(&req), 0);
 }
 
+/* A stop callback that answers "stop" from its `at`-th call on. */
+typedef struct stop_counter {
+  uint64_t calls;
+  uint64_t at;
+} stop_counter_t;
+
+static int stop_at(void *arg) {
+  stop_counter_t *c = arg;
+  return ++c->calls >= c->at;
+}
+
+/* Stopping at every poll the planner makes (the first 300, then a sample)
+ * returns PK_ECANCELED with no plan and nothing leaked (ASan), for AUTO,
+ * PADDED, a compatibility pair and several mini-batches; a callback that
+ * never fires changes nothing. */
+static void test_stop_at_every_poll(void **state) {
+  (void)state;
+  test_rng_t rng = {11};
+  enum { N = 2000 };
+  uint32_t *lengths = malloc(N * sizeof *lengths);
+  assert_non_null(lengths);
+  for (uint32_t i = 0; i < N; i++)
+    lengths[i] = test_rl_length(&rng, 4096);
+  for (int variant = 0; variant < 4; variant++) {
+    pk_request_t req = {.lengths = lengths, .n = N};
+    req.parallel.dp = 8;
+    req.batching.max_tokens = 16384;
+    req.batching.mini_batches = variant == 3 ? 4 : 1;
+    if (variant == 1)
+      req.batching.mode = PK_MODE_PADDED;
+    if (variant == 2) {
+      req.batching.dp_balance = PK_DP_KK;
+      req.batching.micro_algo = PK_MICRO_FFD;
+    }
+    stop_counter_t never = {0, UINT64_MAX};
+    pk_limits_t lim = {.should_stop = stop_at, .stop_arg = &never};
+    pk_plan_t *plan = NULL;
+    char err[512];
+    assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), 0);
+    uint64_t polls = never.calls;
+    assert_true(polls >= 2);
+    pk_plan_t *plain = NULL;
+    assert_int_equal(pk_plan(&req, &plain, err, sizeof err), 0);
+    assert_true(plan->stats.step_cost == plain->stats.step_cost);
+    pk_plan_free(plain);
+    pk_plan_free(plan);
+    for (uint64_t at = 1; at <= polls; at += at < 300 ? 1 : 1 + test_below(&rng, 97)) {
+      stop_counter_t c = {0, at};
+      lim.stop_arg = &c;
+      plan = (pk_plan_t *)0x1;
+      err[0] = '\0';
+      int rc = pk_plan_limited(&req, &lim, &plan, err, sizeof err);
+      assert_int_equal(rc, PK_ECANCELED);
+      assert_null(plan);
+      assert_non_null(strstr(err, "stopped"));
+      assert_int_equal(c.calls, at);
+    }
+  }
+  free(lengths);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_limits_boundary),
       cmocka_unit_test(test_estimate_covers_real_size),
       cmocka_unit_test(test_16m_refused_early),
+      cmocka_unit_test(test_stop_at_every_poll),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -26,7 +26,8 @@ static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   assert_int_equal(pk_plan_cache_create(64 << 20, 30, &f->cache), PK_OK);
   pk_metrics_init(&f->metrics, 0);
-  f->env = (pk_handler_env_t){f->cache, &f->metrics, 64 << 20, true, 1000.0, NULL, {0, 0}};
+  f->env =
+      (pk_handler_env_t){f->cache, &f->metrics, 64 << 20, true, 1000.0, NULL, {.max_sequences = 0}};
   *state = f;
   return 0;
 }
@@ -249,7 +250,7 @@ static void test_plan_errors_become_statuses(void **state) {
   assert_int_equal(r.code, PK_GRPC_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(r.message, "max_sequences = 4"));
   assert_null(r.bytes);
-  limited.plan_limits = (pk_limits_t){0, 100};
+  limited.plan_limits = (pk_limits_t){.max_plan_bytes = 100};
   pk_handle_plan(&limited, req, len, &r);
   assert_int_equal(r.code, PK_GRPC_RESOURCE_EXHAUSTED);
   assert_non_null(strstr(r.message, "max_plan_bytes = 100"));
