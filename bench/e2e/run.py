@@ -85,6 +85,7 @@ class Setting:
     spike: float = 0.15  # share of responses cut at the length limit
     real_cap: int = 8192  # the real lists are scaled by max_len / real_cap
     round: int = 8  # ROLL's sequence_length_round (PADDED width multiple)
+    device_line: str = ""  # the device, attention kernel and equality check of a CUDA run
 
 
 def setting(mode: str) -> Setting:
@@ -93,6 +94,15 @@ def setting(mode: str) -> Setting:
     the share of quadratic cost a 16384-token sequence has under the default
     cost (256/384 = 16384/24576); the cap equals the longest sequence, as in
     bench/planner's 16384-token cap."""
+    if mode == "gpu":
+        # A bf16 decoder sized for one GPU: 4 layers of hidden 2048 under a
+        # 16384-token cap, the scale bench/planner plans at.
+        model = Config(vocab=32768, hidden=2048, heads=16, layers=4, mlp=5632, dtype="bfloat16", seed=0)
+        return Setting(model, max_len=16384, cap=16384, real_cap=8192,
+                       runs=[("rollout", 8, 32), ("azure-code", 8, 32)], repeats=3, round=128)
+    if mode == "gpu-quick":
+        model = Config(vocab=32768, hidden=1024, heads=8, layers=2, mlp=2816, dtype="bfloat16", seed=0)
+        return Setting(model, max_len=16384, cap=16384, runs=[("rollout", 8, 16)], repeats=2, round=128)
     if mode == "smoke":
         return Setting(Config(vocab=32, hidden=16, heads=2, layers=1, mlp=32, dtype="float32", seed=0),
                        max_len=64, cap=64, runs=[("rollout", 2, 6)], repeats=1, round=4)
@@ -104,7 +114,7 @@ def setting(mode: str) -> Setting:
                    repeats=3)
 
 
-def model_quadratic(cfg: Config) -> float:
+def model_quadratic(cfg: Config, causal_only: bool = False) -> float:
     """The quadratic coefficient of the cost (with linear 1) from the model's
     FLOP count: per token the projections, MLP and LM head; per (query, key)
     pair QK^T and PV over the full square (the attention here computes the
@@ -112,6 +122,8 @@ def model_quadratic(cfg: Config) -> float:
     d, m, v, n = cfg.hidden, cfg.mlp, cfg.vocab, cfg.layers
     per_token = n * 2 * (d * 3 * d + d * d + d * 2 * m + m * d) + 2 * d * v
     per_pair = n * 2 * 2 * d
+    if causal_only:  # flash-style kernels skip the masked half of the square
+        per_pair /= 2
     return per_pair / per_token
 
 
@@ -234,6 +246,8 @@ def measure(timer: Timer, keys, repeats: int, seed: int, log):
     estimate of the speed during it (a longer window of references
     normalised worse)."""
     keys = sorted(keys)
+    if getattr(timer, "stable", False):
+        return measure_stable(timer, keys, repeats, seed, log)
     inputs = {k: timer.inputs(k) for k in keys}
     ref = timer.inputs(REFERENCE)
     for k in sorted(keys, key=lambda k: sum(k))[:2]:  # warm-up: allocator, lazy init
@@ -261,6 +275,33 @@ def measure(timer: Timer, keys, repeats: int, seed: int, log):
     base = statistics.median(refs)
     norm = {k: [t * base / sp for t, sp in zip(raw[k], speed[k])] for k in keys}
     return norm, raw
+
+
+def measure_stable(timer, keys, repeats: int, seed: int, log):
+    """measure() for a timer whose times need no normalisation (CUDA
+    events on a device of one's own): every key ``repeats`` times in a new
+    shuffled order per repeat, inputs made just before their first use (a
+    GPU does not hold every padded batch of a run at once)."""
+    rnd = random.Random(seed)
+    # Warm-up: one untimed pass over every key. The first run of a shape
+    # pays for the allocator's growth and the kernels' first launches (up
+    # to twice the time of later runs on an H100), which a median of few
+    # repeats would keep.
+    warm = list(keys)
+    rnd.shuffle(warm)
+    for k in warm:
+        timer.run(timer.inputs(k))
+    raw = {k: [] for k in keys}
+    t_start = time.perf_counter()
+    for rep in range(repeats):
+        order = list(keys)
+        rnd.shuffle(order)
+        for i, k in enumerate(order):
+            raw[k].append(timer.run(timer.inputs(k)))
+            if log and (i + 1) % 200 == 0:
+                log(f"  repeat {rep + 1}/{repeats}: {i + 1}/{len(order)} micro-batches, "
+                    f"{time.perf_counter() - t_start:.0f} s")
+    return raw, raw
 
 
 def spread(times: dict) -> float:
@@ -346,6 +387,11 @@ def main(argv=None) -> int:
     g = ap.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="one configuration (rollout, DP 8), two repeats")
     g.add_argument("--smoke", action="store_true", help="a tiny model and batch, for the test suite")
+    g.add_argument("--gpu", action="store_true", help="a bf16 model sized for one GPU under a 16384-token cap "
+                   "(with --device cuda; bench/e2e/gpu.sh runs it)")
+    g.add_argument("--gpu-quick", action="store_true", help="a smaller GPU run (one configuration, two repeats)")
+    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda: the model, packd.gpu's packing and "
+                    "the CUDA-event timing run there")
     ap.add_argument("--timings", metavar="FILE", help='write every measured micro-batch as a JSON line '
                     '{"lengths": [...], "seconds": t} (lengths: the slots it ran; seconds: median CPU time)')
     ap.add_argument("--out", metavar="FILE", help="also write the tables (markdown) to FILE")
@@ -361,7 +407,8 @@ def main(argv=None) -> int:
                     "first phase's timings, then timed")
     args = ap.parse_args(argv)
 
-    mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    mode = ("smoke" if args.smoke else "quick" if args.quick else "gpu" if args.gpu
+            else "gpu-quick" if args.gpu_quick else "full")
     s = setting(mode)
     if args.repeats:
         s.repeats = args.repeats
@@ -372,7 +419,8 @@ def main(argv=None) -> int:
     if args.runs:
         s.runs = [(w, int(d), int(n)) for w, d, n in (x.split(":") for x in args.runs.split(","))]
     torch.set_num_threads(args.threads)
-    qmodel = model_quadratic(s.model)
+    cuda = args.device.startswith("cuda") or mode.startswith("gpu")
+    qmodel = model_quadratic(s.model, causal_only=cuda)
     client = packd.Client.local()
     log = (lambda msg: print(msg, file=sys.stderr, flush=True))
     command = "bench/e2e/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -388,7 +436,17 @@ def main(argv=None) -> int:
             f"{float((loss_tokens == loss_tokens.max()).mean()):.0%}")
     keys = {k for row in rows for col in row.grid for k in col}
     log(f"{len(keys)} distinct micro-batches, {s.repeats} repeat(s)")
-    timer = Timer(s.model, args.seed)
+    check = None
+    if cuda:
+        from cuda_timer import CudaTimer, attention_kind, check_packed_equals_padded, device_name
+
+        device = args.device if args.device.startswith("cuda") else "cuda"
+        check = check_packed_equals_padded(s.model, device)
+        log(f"packed == padded on {device}: {check}")
+        timer = CudaTimer(s.model, args.seed, device)
+        s.device_line = f"{device_name(device)}; attention: {attention_kind()}; packed == padded check (fp32): {check}"
+    else:
+        timer = Timer(s.model, args.seed)
     runs, raw_runs = measure(timer, keys, s.repeats, args.seed, log)
     calibration = None
     if not args.no_calibrate:
@@ -451,6 +509,7 @@ def report(rows, s: Setting, qmodel, fit_def, fit_mod, command, mode, nkeys, sec
     lines = [
         f"command: `{command.strip()}` ({mode}; {seconds:.0f} s wall)",
         "",
+    ] + ([s.device_line, ""] if s.device_line else []) + [
         f"model: {c.layers} layers, hidden {c.hidden}, {c.heads} heads, SwiGLU {c.mlp}, vocab {c.vocab}, {c.dtype}; "
         f"cap {s.cap} tokens, sequences up to {s.max_len}; torch {torch.__version__}, "
         f"{torch.get_num_threads()} thread(s); {nkeys} distinct micro-batches, median of {s.repeats} "

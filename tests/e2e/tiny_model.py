@@ -69,7 +69,7 @@ def apply_rope(x: torch.Tensor, pos: torch.Tensor, base: float) -> torch.Tensor:
     """Rotary embedding of x [T, H, Dh] at positions pos [T] (rotate-half
     form: the first and second halves of each head are the pairs)."""
     half = x.shape[-1] // 2
-    inv = base ** (-torch.arange(half, dtype=x.dtype) / half)
+    inv = base ** (-torch.arange(half, dtype=x.dtype, device=x.device) / half)
     ang = pos.to(x.dtype)[:, None] * inv[None, :]
     cos, sin = ang.cos()[:, None, :], ang.sin()[:, None, :]
     x1, x2 = x[..., :half], x[..., half:]
