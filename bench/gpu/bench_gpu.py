@@ -3,7 +3,7 @@
 and a torch baseline that does the same work the flash-attn
 unpad_input/pad_input way (index_select / gather / masked ops, written here).
 
-Cases (issue 6): int64 ids [512, 8192]; bf16 hidden rows W=4096; fp32
+Cases: int64 ids [512, 8192]; bf16 hidden rows W=4096; fp32
 log-probs; a realistic micro-batch (ids + labels + positions + mask packed
 together); CP 1, 2 and 8. For each: pack and unpack time, the copy of the
 same output bytes, packd's share of copy bandwidth and the speedup over the

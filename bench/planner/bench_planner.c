@@ -2,7 +2,8 @@
  * peer's algorithm pair through the public API (pk_plan) and prints Markdown
  * tables of plan time, lock-step efficiency, DP imbalance, micro-batches per
  * rank against the lower bound, pad fraction and cap violations, then checks
- * the AUTO targets of issue 2. See bench/planner/README.md.
+ * AUTO's targets (plan time, efficiency, micro-batch count). See
+ * bench/planner/README.md.
  *
  * Usage: bench_planner [--workloads DIR] [--quick] [--full] [--csv FILE]
  *                      [--reps-scale X] [--save-samples DIR] [--sweep-only]
@@ -217,7 +218,8 @@ typedef struct algo {
   int modes;
 } algo_t;
 
-/* AUTO first; then the pairs the peers run (research/algorithms.md), and two
+/* AUTO first; then the pairs the peers run (as packd's compatibility modes
+ * reproduce them), and two
  * pairs that cover the free-count KK and LPT. */
 static const algo_t k_algos[] = {
     {"auto", "packd", PK_DP_AUTO, PK_MICRO_AUTO, PK_ORDER_COST_DESC, false, 0, 3},
@@ -718,7 +720,7 @@ int main(int argc, char **argv) {
     rr_worst = fmax(rr_worst, timed.cfg[i].median_ms);
   }
 
-  printf("\n## AUTO targets (issue 2)\n\n");
+  printf("\n## AUTO targets\n\n");
   printf("| target | result | verdict |\n|---|---|---|\n");
   if (rounds_ok)
     printf("| n=4096, DP 64: plan <= 1 ms (round-robin medians, below) | %u of %u configs, worst "
@@ -759,8 +761,8 @@ int main(int argc, char **argv) {
   }
   rounds_free(&timed);
   /* KK scaling: DP balance alone (no cap, one micro-batch per rank), so the
-   * plan time is KK's. research/algorithms.md measured verl's KK at 17.5 s
-   * for n = 16384, k = 512 (equal_size=False). */
+   * plan time is KK's. verl's Python KK (equal_size=False) takes seconds at
+   * n = 16384, k = 512. */
   printf("\n## Karmarkar-Karp scaling (dp_balance KK / KK_EQUAL, no cap, rollout lengths)\n\n");
   printf("| n | dp | KK ms | KK DP imbalance | KK_EQUAL ms | KK_EQUAL DP imbalance |\n");
   printf("|---:|---:|---:|---:|---:|---:|\n");

@@ -7,7 +7,7 @@
  * launch on the CUDA backend, without host synchronisation, so a sequence of
  * pack/unpack calls can be captured in a CUDA graph once its layouts exist.
  *
- * Layouts (see DESIGN.md "Context-parallel layout" and research/gpu.md):
+ * Layouts (docs/design.md, "Layouts"):
  * a padded batch [B, S, W] holds in row b the valid tokens
  * [start[b], start[b] + length[b]). A micro-batch takes the rows seqs[0..n)
  * in that order; sequence i owns the slot [cu_pad[i], cu_pad[i+1]) of the

@@ -3,7 +3,7 @@
  * __host__ __device__ functions), so that both backends compute the same
  * source of every byte. Internal; not installed.
  *
- * Notation (research/gpu.md §1, §4.2, §5): sequence i has slot
+ * Notation (docs/design.md, "Layouts"): sequence i has slot
  * [cu[i], cu[i+1]) of plen_i tokens in the packed stream of T tokens; the
  * local stream of a CP rank has Tl = T / CP tokens; g is the offset of a
  * token inside its padded slot. */

@@ -1,6 +1,6 @@
-/* Golden vectors of research/gpu.md §6 (lengths [2,4,6,1], CP 2; the verl
- * left/right padded batch; Ulysses SP 2) and TransformerEngine's examples
- * (§4.2, §14), run through the public API on the host backend. */
+/* Golden vectors worked out by hand (lengths [2,4,6,1], CP 2; the verl
+ * left/right padded batch; Ulysses SP 2) and TransformerEngine's documented
+ * zigzag examples, run through the public API on the host backend. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

@@ -3,7 +3,7 @@
  * 2*CP, element sizes 1/2/4/8 and odd row widths. Every expected value comes
  * from a brute-force oracle written here independently of the library's
  * index maps: the global packed stream is built slot by slot and then split
- * the way research/gpu.md §4.1/§4.2/§7 describe. */
+ * the way docs/design.md describes zigzag and Ulysses sharding. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
