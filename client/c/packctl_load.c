@@ -15,14 +15,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "grpc_status_names.h"
 #include "packctl.h"
 #include "packctl_input.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"
 #include "pk_client.h"
 #include "pk_error.h"
-
-#define N_CODES 17
 
 typedef struct load_opts {
   const char *server;
@@ -54,7 +53,7 @@ typedef struct worker {
   pk_client_t *client;
   uint64_t *lat_ns;
   size_t n, cap;
-  uint64_t errors[N_CODES];
+  uint64_t errors[PK_GRPC_CODE_COUNT];
   uint64_t oom;
   char first_error[600];
 } worker_t;
@@ -84,7 +83,7 @@ static void *worker_main(void *arg) {
     if (t0 < sh->t_measure_ns)
       continue;
     if (rc != PK_OK) {
-      int code = st.code >= 0 && st.code < N_CODES ? st.code : 2;
+      int code = st.code >= 0 && st.code < PK_GRPC_CODE_COUNT ? st.code : PK_GRPC_UNKNOWN;
       w->errors[code]++;
       if (w->first_error[0] == '\0')
         snprintf(w->first_error, sizeof w->first_error, "%s: %s", pk_client_status_name(code),
@@ -400,7 +399,7 @@ static void print_table(const load_opts_t *o, const shared_t *sh, size_t sequenc
   printf("errors by status\n");
   if (nerr == 0)
     printf("  (none)\n");
-  for (int c = 0; c < N_CODES; c++)
+  for (int c = 0; c < PK_GRPC_CODE_COUNT; c++)
     if (errors[c] > 0)
       printf("  %-20s %llu\n", pk_client_status_name(c), (unsigned long long)errors[c]);
   if (first_error[0] != '\0')
@@ -415,7 +414,7 @@ static void print_json(const load_opts_t *o, const shared_t *sh, size_t sequence
     mean += (double)lat[k];
   mean = ok ? mean / (double)ok / 1e6 : 0;
   json_t *by = json_object();
-  for (int c = 0; c < N_CODES; c++)
+  for (int c = 0; c < PK_GRPC_CODE_COUNT; c++)
     if (errors[c] > 0)
       json_object_set_new(by, pk_client_status_name(c), json_integer((json_int_t)errors[c]));
   json_t *root = json_pack(
@@ -502,11 +501,11 @@ int packctl_cmd_load(int argc, char **argv) {
   if (elapsed <= 0)
     elapsed = o.duration_s;
 
-  uint64_t ok = 0, nerr = 0, errors[N_CODES] = {0};
+  uint64_t ok = 0, nerr = 0, errors[PK_GRPC_CODE_COUNT] = {0};
   const char *first_error = "";
   for (int t = 0; t < o.concurrency; t++) {
     ok += w[t].n;
-    for (int c = 0; c < N_CODES; c++) {
+    for (int c = 0; c < PK_GRPC_CODE_COUNT; c++) {
       errors[c] += w[t].errors[c];
       nerr += w[t].errors[c];
     }
