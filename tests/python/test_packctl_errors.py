@@ -71,6 +71,17 @@ def test_nonsense_gets_no_suggestion_and_prefixes_are_named(lengths):
     assert res.returncode == 0, res.stderr
 
 
+def test_enum_typo_suggests_the_nearest_value(lengths):
+    err = usage_error(run_packctl("plan", "--local", "--dp", 1, "--mode", "paded", lengths))
+    assert "--mode: unknown value 'paded'; did you mean 'padded'?" in err
+    err = usage_error(run_packctl("plan", "--local", "--dp", 1, "--mode", "wide", lengths))
+    assert "--mode: unknown value 'wide' (expected one of: packed, padded, fixed)" in err
+    man = lengths.parent / "m.json"
+    man.write_text(json.dumps({"lengths": [1], "batching": {"microAlgo": "kk_cnt"}}))
+    err = usage_error(run_packctl("plan", "--local", "--dp", 1, man))
+    assert f"{man}: batching.microAlgo: unknown value 'kk_cnt'; did you mean 'kk_count'?" in err
+
+
 def test_missing_value_names_the_flag(lengths):
     err = usage_error(run_packctl("plan", "--local", lengths, "--dp"))
     assert "--dp needs a value" in err
