@@ -73,7 +73,12 @@ void packctl_fields_usage(FILE *f) {
     if (ff->help == NULL)
       continue;
     char head[48];
-    snprintf(head, sizeof head, "--%s %s", ff->flag, ff->meta != NULL ? ff->meta : "[=BOOL]");
+    /* A bool's value must follow `=`: `--shuffle false` would read false
+     * as INPUT. */
+    if (ff->meta != NULL)
+      snprintf(head, sizeof head, "--%s %s", ff->flag, ff->meta);
+    else
+      snprintf(head, sizeof head, "--%s[=BOOL]", ff->flag);
     fprintf(f, "  %-28s %s\n", head, ff->help);
   }
 }

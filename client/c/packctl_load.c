@@ -20,6 +20,7 @@
 #include "packctl_fail.h"
 #include "packctl_fields.h"
 #include "packctl_input.h"
+#include "packctl_output.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"
 #include "pk_client.h"
@@ -438,10 +439,8 @@ static void print_json(const load_opts_t *o, const shared_t *sh, size_t sequence
       "p90", pct_ms(lat, ok, 0.9), "p99", pct_ms(lat, ok, 0.99), "max",
       ok ? (double)lat[ok - 1] / 1e6 : 0.0, "mean", mean, "errors", "total", (json_int_t)nerr,
       "by_status", by, "first", first_error);
-  char *text = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
-  if (text != NULL)
-    printf("%s\n", text);
-  free(text);
+  if (root != NULL)
+    packctl_write_json_value(stdout, root);
   json_decref(root);
 }
 

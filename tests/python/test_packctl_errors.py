@@ -179,7 +179,7 @@ def test_dry_run_summary(tmp_path):
 
 @pytest.mark.parametrize("cmd,needles", [
     ("plan", ["--dp N", "--max-tokens N", "--format F", "--server HOST:PORT", "PACKD_SERVER",
-              "PACKD_TARGET", "default 30", "--shuffle [=BOOL]", "packed (default)"]),
+              "PACKD_TARGET", "default 30", "--shuffle[=BOOL]", "packed (default)"]),
     ("load", ["--dp N", "INPUT", "--lengths FILE", "--concurrency C", "default 10",
               "PACKD_SERVER"]),
     ("health", ["--wait SECONDS", "--timeout SECONDS", "default 5", "PACKD_SERVER"]),
