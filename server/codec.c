@@ -10,6 +10,7 @@
  * allocator) frees both kinds. A partially built message is always in a
  * state that function can free: counts only cover initialised entries. */
 #include "codec.h"
+#include "grpc_status_names.h"
 
 #include <stdbool.h>
 #include <stdio.h>
@@ -29,18 +30,6 @@
       goto done;                                                                                   \
     }                                                                                              \
   } while (0)
-
-/* gRPC status code numbers (grpc/status.h); spelled out here so that the
- * codec does not depend on gRPC headers. */
-enum {
-  PK_GRPC_OK = 0,
-  PK_GRPC_CANCELLED = 1,
-  PK_GRPC_INVALID_ARGUMENT = 3,
-  PK_GRPC_NOT_FOUND = 5,
-  PK_GRPC_RESOURCE_EXHAUSTED = 8,
-  PK_GRPC_FAILED_PRECONDITION = 9,
-  PK_GRPC_INTERNAL = 13,
-};
 
 int pk_status_from_error(int code) {
   switch (code) {
@@ -394,52 +383,6 @@ done:
 void pk_codec_free_response(Packd__V1__PlanResponse *msg) {
   if (msg != NULL)
     packd__v1__plan_response__free_unpacked(msg, NULL);
-}
-
-int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *resp_len, char *err,
-                  size_t errlen) {
-  int rc = PK_OK;
-  Packd__V1__PlanRequest *msg = NULL;
-  Packd__V1__PlanResponse *out = NULL;
-  pk_plan_t *plan = NULL;
-  pk_request_t r;
-  char id[33];
-  *resp = NULL;
-  *resp_len = 0;
-  if (err != NULL && errlen > 0)
-    err[0] = '\0';
-
-  rc = pk_codec_decode_request(req, req_len, &msg, &r, err, errlen);
-  PK_CODEC_CHECK(rc == PK_OK, rc);
-  pk_codec_plan_id(msg, id, sizeof id);
-  /* The server's default limits: the embedded mode refuses what it would. */
-  const pk_limits_t limits = {.max_sequences = PK_DEFAULT_MAX_SEQUENCES,
-                              .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES};
-  rc = pk_plan_limited(&r, &limits, &plan, err, errlen);
-  PK_CODEC_CHECK(rc == PK_OK, rc);
-  rc = pk_codec_encode_plan(plan, id, &out);
-  if (rc != PK_OK)
-    codec_msg(err, errlen, "response: out of memory while encoding the plan");
-  PK_CODEC_CHECK(rc == PK_OK, rc);
-
-  size_t size = packd__v1__plan_response__get_packed_size(out);
-  uint8_t *buf = malloc(size == 0 ? 1 : size);
-  if (buf == NULL)
-    codec_msg(err, errlen, "response: out of memory for the packed PlanResponse");
-  PK_CODEC_CHECK(buf != NULL, PK_ENOMEM);
-  size_t written = packd__v1__plan_response__pack(out, buf);
-  if (written != size) {
-    free(buf);
-    codec_msg(err, errlen, "response: packed size differs from the computed size");
-    PK_CODEC_CHECK(false, PK_EINTERNAL);
-  }
-  *resp = buf;
-  *resp_len = size;
-done:
-  pk_codec_free_response(out);
-  pk_plan_free(plan);
-  pk_codec_free_request(msg);
-  return rc;
 }
 
 void pk_codec_free_bytes(uint8_t *buf) {

@@ -47,8 +47,10 @@ PK_EXPORT int pk_codec_encode_plan(const pk_plan_t *plan, const char *plan_id,
 
 PK_EXPORT void pk_codec_free_response(Packd__V1__PlanResponse *msg);
 
-/* The whole pipeline on bytes, for the embedded Python mode and for tests:
- * decode, plan, encode, pack. On success *resp is a malloc'd buffer of
+/* The whole pipeline on bytes, for the embedded Python mode, packctl
+ * --local and tests: decode, plan, encode, pack. Defined in plan_bytes.c,
+ * not in the codec, which only translates; declared here because codec.h is
+ * the header of libpackd.so. On success *resp is a malloc'd buffer of
  * *resp_len bytes holding a packed PlanResponse; free it with
  * pk_codec_free_bytes. On failure returns a negative pk_error code and a
  * message in err naming the field and the value. */

@@ -13,23 +13,11 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "grpc_status_names.h"
 #include "metrics.h"
 #include "pk_planner.h"
 #include "plan_cache.h"
 #include "plan_store.h"
-
-/* Numeric gRPC status codes used by the handlers (grpc_status_code values). */
-enum {
-  PK_GRPC_OK = 0,
-  PK_GRPC_INVALID_ARGUMENT = 3,
-  PK_GRPC_DEADLINE_EXCEEDED = 4,
-  PK_GRPC_NOT_FOUND = 5,
-  PK_GRPC_RESOURCE_EXHAUSTED = 8,
-  PK_GRPC_FAILED_PRECONDITION = 9,
-  PK_GRPC_UNIMPLEMENTED = 12,
-  PK_GRPC_INTERNAL = 13,
-  PK_GRPC_UNAVAILABLE = 14,
-};
 
 /* The service names Health/Check knows. "" is the whole server. */
 #define PK_SERVICE_PLANNER "packd.v1.Planner"

@@ -9,10 +9,13 @@ endif()
 
 add_executable(packctl
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_main.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_args.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_fields.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_plan.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_request.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_input.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_output.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_json.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_svg.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_calibrate.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_fit.c

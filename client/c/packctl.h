@@ -33,7 +33,7 @@ int packctl_cmd_plan(int argc, char **argv);
  * measured micro-batch times. */
 int packctl_cmd_calibrate(int argc, char **argv);
 
-/* Remote mode (packctl_remote.c, owned by the client engineer). Sends req to
+/* Remote mode (packctl_remote.c). Sends req to
  * the Planner service at `server` ("HOST:PORT") with a deadline of timeout_s
  * seconds. On success returns 0 and stores a new response in *resp (free it
  * with packd__v1__plan_response__free_unpacked(*resp, NULL)). On failure

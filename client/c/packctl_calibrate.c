@@ -9,10 +9,8 @@
  * packctl_fit.c. Every problem with the input names the file, the line and
  * the field, and exits with PACKCTL_EXIT_USAGE. */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -21,6 +19,7 @@
 #include <strings.h>
 
 #include "packctl.h"
+#include "packctl_args.h"
 #include "packctl_fail.h"
 #include "packctl_fit.h"
 #include "packctl_output.h"
@@ -29,7 +28,7 @@
 
 #define P PACKCTL_FIT_TERMS
 
-enum { OPT_FORMAT = 256, OPT_OUT, OPT_ALIGN, OPT_HELP };
+enum { OPT_FORMAT = 256, OPT_OUT, OPT_ALIGN };
 
 typedef struct calib_opts {
   packctl_format_t format;
@@ -57,10 +56,11 @@ static void calibrate_usage(FILE *f) {
         "them): {\"lengths\": [L1, L2, ...], \"seconds\": T}; '-' reads stdin.\n"
         "\n"
         "options:\n"
-        "  --format FORMAT  summary (default) | json | svg (measured against predicted)\n"
-        "  --out FILE       write the output to FILE instead of stdout\n"
+        "  --format F       summary (default) | json | svg (measured against predicted)\n"
+        "  --out FILE       write the output to FILE (default: stdout)\n"
         "  --align A        round every length up to a multiple of A first, as the\n"
         "                   planner does (its alignment: stats.alignment); default 1\n"
+        "  -h, --help       this help\n"
         "\n"
         "The json format is {\"cost\": {...}, \"r2\": R2, \"mape\": MAPE, \"samples\": N}, the\n"
         "cost a packd.v1.Cost in the protobuf JSON mapping (usable as a plan manifest's\n"
@@ -71,18 +71,6 @@ static void calibrate_usage(FILE *f) {
         f);
 }
 
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "packctl calibrate: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\nRun 'packctl calibrate --help' for the options.\n");
-  va_end(ap);
-  return PACKCTL_EXIT_USAGE;
-}
-
 /* Returns PACKCTL_EXIT_OK, an exit status after a message, or -1 after
  * --help. */
 static int parse_opts(int argc, char **argv, calib_opts_t *o) {
@@ -90,48 +78,50 @@ static int parse_opts(int argc, char **argv, calib_opts_t *o) {
       {"format", required_argument, NULL, OPT_FORMAT},
       {"out", required_argument, NULL, OPT_OUT},
       {"align", required_argument, NULL, OPT_ALIGN},
-      {"help", no_argument, NULL, OPT_HELP},
+      {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
       {NULL, 0, NULL, 0},
   };
   char err[256];
-  opterr = 0;
-  optind = 1;
+  packctl_args_t args;
+  packctl_args_init(&args, "calibrate", argc, argv, long_opts);
   for (;;) {
-    int c = getopt_long(argc, argv, ":h", long_opts, NULL);
-    if (c == -1)
+    const char *v = NULL;
+    int c = packctl_args_next(&args, &v);
+    if (c == PACKCTL_ARGS_END)
       break;
     switch (c) {
-    case ':':
-      return usage_error("%s needs a value", argv[optind - 1]);
-    case '?':
-      return usage_error("unknown option '%s'", argv[optind - 1]);
-    case 'h':
-    case OPT_HELP:
+    case PACKCTL_ARGS_ERROR:
+      return PACKCTL_EXIT_USAGE;
+    case PACKCTL_ARGS_HELP:
       calibrate_usage(stdout);
       return -1;
+    case PACKCTL_ARGS_POSITIONAL:
+      if (o->input != NULL)
+        return packctl_usage_fail("calibrate",
+                                  "unexpected argument '%s' (one TIMINGS file; got '%s' first)", v,
+                                  o->input);
+      o->input = v;
+      break;
     case OPT_FORMAT:
-      if (packctl_format_parse(optarg, &o->format) != 0)
-        return usage_error("--format: unknown format '%s' (expected summary, json or svg)", optarg);
+      if (packctl_format_parse(v, &o->format) != 0)
+        return packctl_usage_fail(
+            "calibrate", "--format: unknown format '%s' (expected summary, json or svg)", v);
       break;
     case OPT_OUT:
-      o->out = optarg;
+      o->out = v;
       break;
     case OPT_ALIGN: {
-      uint64_t v = 0;
-      if (packctl_parse_u64(optarg, 65536, "--align", &v, err, sizeof err) != 0)
-        return usage_error("%s", err);
-      o->align = (uint32_t)v;
+      uint64_t x = 0;
+      if (packctl_parse_u64(v, 65536, "--align", &x, err, sizeof err) != 0)
+        return packctl_usage_fail("calibrate", "%s", err);
+      o->align = (uint32_t)x;
       break;
     }
-    default:
-      return usage_error("unexpected option '%s'", argv[optind - 1]);
     }
   }
-  if (optind >= argc)
-    return usage_error("missing TIMINGS (a JSON lines file of measured micro-batches, or '-')");
-  o->input = argv[optind++];
-  if (optind < argc)
-    return usage_error("unexpected argument '%s' (one TIMINGS file)", argv[optind]);
+  if (o->input == NULL)
+    return packctl_usage_fail(
+        "calibrate", "missing TIMINGS (a JSON lines file of measured micro-batches, or '-')");
   return PACKCTL_EXIT_OK;
 }
 
@@ -350,25 +340,17 @@ static void write_summary(FILE *f, const char *name, uint32_t align, const packc
   fputc('\n', f);
 }
 
-static void write_json(FILE *f, const packctl_fit_t *fit) {
-  /* The Cost fields in number order, by their JSON names. */
-  static const struct {
-    const char *json;
-    int term;
-  } cost[P] = {{"linear", PACKCTL_FIT_LINEAR},
-               {"quadratic", PACKCTL_FIT_QUAD},
-               {"perSequence", PACKCTL_FIT_SEQ},
-               {"perMicroBatch", PACKCTL_FIT_MICRO}};
-  char num[32];
-  fputs("{\n  \"cost\": {", f);
-  for (int j = 0; j < P; j++) {
-    packctl_format_double(fit->coef[cost[j].term], num, sizeof num);
-    fprintf(f, "%s\n    \"%s\": %s", j ? "," : "", cost[j].json, num);
-  }
-  packctl_format_double(fit->r2, num, sizeof num);
-  fprintf(f, "\n  },\n  \"r2\": %s,\n", num);
-  packctl_format_double(fit->mape, num, sizeof num);
-  fprintf(f, "  \"mape\": %s,\n  \"samples\": %zu\n}\n", num, fit->samples);
+/* {"cost": {...}, "r2": R2, "mape": MAPE, "samples": N}: the Cost fields in
+ * number order by their JSON names, zeros included. Returns 0 or -1. */
+static int write_json(FILE *f, const packctl_fit_t *fit) {
+  json_t *root = json_pack("{s:{s:f, s:f, s:f, s:f}, s:f, s:f, s:I}", "cost", "linear",
+                           fit->coef[PACKCTL_FIT_LINEAR], "quadratic", fit->coef[PACKCTL_FIT_QUAD],
+                           "perSequence", fit->coef[PACKCTL_FIT_SEQ], "perMicroBatch",
+                           fit->coef[PACKCTL_FIT_MICRO], "r2", fit->r2, "mape", fit->mape,
+                           "samples", (json_int_t)fit->samples);
+  int rc = root != NULL ? packctl_write_json_value(f, root) : -1;
+  json_decref(root);
+  return rc;
 }
 
 #define SVG_LEFT 96.0
@@ -479,13 +461,14 @@ int packctl_cmd_calibrate(int argc, char **argv) {
     status = PACKCTL_EXIT_USAGE;
     goto done;
   }
+  bool bad = false;
   if (o.format == PACKCTL_FORMAT_JSON)
-    write_json(f, &fit);
+    bad = write_json(f, &fit) != 0;
   else if (o.format == PACKCTL_FORMAT_SVG)
     write_svg(f, name, &r, &fit);
   else
     write_summary(f, name, o.align, &fit);
-  bool bad = ferror(f) != 0;
+  bad = ferror(f) != 0 || bad;
   bad = (o.out != NULL ? fclose(f) != 0 : fflush(f) != 0) || bad;
   if (bad) {
     fprintf(stderr, "packctl calibrate: writing the output failed\n");

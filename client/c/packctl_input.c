@@ -14,7 +14,11 @@
 #include <jansson.h>
 
 #include "packctl_request.h"
+#include "packctl_suggest.h"
 #include "pk_error.h"
+
+/* Room for the input's name in messages that carry it in a fixed buffer. */
+#define PACKCTL_NAME_MAX 256
 
 /* A growable array of uint32 pairs (length, loss tokens). */
 typedef struct seq_buf {
@@ -177,21 +181,21 @@ static void snake_name(const char *key, char *out, size_t len) {
 
 /* Reads a JSON array of unsigned integers (numbers or decimal strings) no
  * larger than max into a new array of `width` bytes per element. */
-static int read_uint_array(const json_t *arr, const char *field, uint64_t max, size_t width,
-                           void **out, size_t *n, char *err, size_t errlen) {
+static int read_uint_array(const char *name, const json_t *arr, const char *field, uint64_t max,
+                           size_t width, void **out, size_t *n, char *err, size_t errlen) {
   if (!json_is_array(arr))
-    return packctl_fail(err, errlen, PK_EINVAL, "manifest: %s: expected an array", field);
+    return packctl_fail(err, errlen, PK_EINVAL, "%s: %s: expected an array", name, field);
   size_t count = json_array_size(arr);
   void *data = NULL;
   if (count > 0) {
     data = calloc(count, width);
     if (data == NULL)
-      return packctl_fail(err, errlen, PK_ENOMEM, "manifest: %s: out of memory for %zu entries",
+      return packctl_fail(err, errlen, PK_ENOMEM, "%s: %s: out of memory for %zu entries", name,
                           field, count);
   }
   for (size_t i = 0; i < count; i++) {
-    char text[64], what[96];
-    snprintf(what, sizeof what, "manifest: %s[%zu]", field, i);
+    char text[64], what[PACKCTL_NAME_MAX + 96];
+    snprintf(what, sizeof what, "%s: %s[%zu]", name, field, i);
     const json_t *v = json_array_get(arr, i);
     uint64_t x = 0;
     int rc = PK_EINVAL;
@@ -211,6 +215,40 @@ static int read_uint_array(const json_t *arr, const char *field, uint64_t max, s
   *out = data;
   *n = count;
   return 0;
+}
+
+/* The fields a manifest's top level takes (proto names). */
+static const char *const top_fields[] = {"lengths", "loss_tokens", "groups", "parallel", "batching",
+                                         "cost",    "layout",      "job",    "seed"};
+
+/* The message for a key that names no field: the file, the field path as
+ * written and, when one is close, the valid name meant, spelt the way the
+ * key was (lowerCamelCase when the key has a capital, else snake_case). */
+static int unknown_field(const char *name, const char *parent, const char *key,
+                         const char *const *fields, size_t n, char *err, size_t errlen) {
+  char snake[PACKCTL_SUGGEST_MAX + 1];
+  snake_name(key, snake, sizeof snake);
+  const char *near = packctl_nearest(snake, fields, n);
+  char hint[PACKCTL_SUGGEST_MAX + 48] = "";
+  if (near != NULL) {
+    char spelt[PACKCTL_SUGGEST_MAX + 1];
+    bool camel = strpbrk(key, "ABCDEFGHIJKLMNOPQRSTUVWXYZ") != NULL;
+    size_t o = 0;
+    bool up = false;
+    for (const char *p = near; *p != '\0' && o + 1 < sizeof spelt; p++) {
+      if (camel && *p == '_') {
+        up = true;
+        continue;
+      }
+      spelt[o++] = up && *p >= 'a' && *p <= 'z' ? (char)(*p - 'a' + 'A') : *p;
+      up = false;
+    }
+    spelt[o] = '\0';
+    snprintf(hint, sizeof hint, "; did you mean '%s%s%s'?", parent != NULL ? parent : "",
+             parent != NULL ? "." : "", spelt);
+  }
+  return packctl_fail(err, errlen, PK_EINVAL, "%s: unknown field '%s%s%s'%s", name,
+                      parent != NULL ? parent : "", parent != NULL ? "." : "", key, hint);
 }
 
 static int read_manifest(const char *name, const char *data, size_t size,
@@ -235,7 +273,7 @@ static int read_manifest(const char *name, const char *data, size_t size,
     if (strcmp(field, "lengths") == 0 || strcmp(field, "loss_tokens") == 0) {
       void *arr = NULL;
       size_t n = 0;
-      rc = read_uint_array(val, field, UINT32_MAX, sizeof(uint32_t), &arr, &n, err, errlen);
+      rc = read_uint_array(name, val, field, UINT32_MAX, sizeof(uint32_t), &arr, &n, err, errlen);
       if (rc != 0)
         goto done;
       uint32_t **slot = field[0] == 'l' && field[1] == 'e' ? &req->lengths : &req->loss_tokens;
@@ -246,7 +284,7 @@ static int read_manifest(const char *name, const char *data, size_t size,
     } else if (strcmp(field, "groups") == 0) {
       void *arr = NULL;
       size_t n = 0;
-      rc = read_uint_array(val, field, UINT64_MAX, sizeof(uint64_t), &arr, &n, err, errlen);
+      rc = read_uint_array(name, val, field, UINT64_MAX, sizeof(uint64_t), &arr, &n, err, errlen);
       if (rc != 0)
         goto done;
       free(req->groups);
@@ -255,7 +293,7 @@ static int read_manifest(const char *name, const char *data, size_t size,
     } else if (strcmp(field, "parallel") == 0 || strcmp(field, "batching") == 0 ||
                strcmp(field, "cost") == 0 || strcmp(field, "layout") == 0) {
       if (!json_is_object(val)) {
-        rc = packctl_fail(err, errlen, PK_EINVAL, "manifest: %s: expected an object", field);
+        rc = packctl_fail(err, errlen, PK_EINVAL, "%s: %s: expected an object", name, field);
         goto done;
       }
       const ProtobufCFieldDescriptor *fd = protobuf_c_message_descriptor_get_field_by_name(
@@ -264,13 +302,17 @@ static int read_manifest(const char *name, const char *data, size_t size,
       const char *skey;
       json_t *sval;
       json_object_foreach(val, skey, sval) {
-        char sfield[64], text[128], what[160];
+        char sfield[64], text[128], what[PACKCTL_NAME_MAX + 160];
         snake_name(skey, sfield, sizeof sfield);
-        snprintf(what, sizeof what, "manifest: %s.%s", field, skey);
+        snprintf(what, sizeof what, "%s: %s.%s", name, field, skey);
         if (json_is_null(sval))
           continue;
         if (protobuf_c_message_descriptor_get_field_by_name(sd, sfield) == NULL) {
-          rc = packctl_fail(err, errlen, PK_EINVAL, "manifest: unknown field '%s.%s'", field, skey);
+          const char *names[32];
+          size_t n = 0;
+          for (unsigned k = 0; k < sd->n_fields && n < 32; k++)
+            names[n++] = sd->fields[k].name;
+          rc = unknown_field(name, field, skey, names, n, err, errlen);
           goto done;
         }
         if (!scalar_text(sval, text, sizeof text)) {
@@ -282,8 +324,8 @@ static int read_manifest(const char *name, const char *data, size_t size,
           goto done;
       }
     } else if (strcmp(field, "job") == 0 || strcmp(field, "seed") == 0) {
-      char text[1024], what[96];
-      snprintf(what, sizeof what, "manifest: %s", key);
+      char text[1024], what[PACKCTL_NAME_MAX + 96];
+      snprintf(what, sizeof what, "%s: %s", name, key);
       if (!scalar_text(val, text, sizeof text) ||
           (strcmp(field, "job") == 0 && !json_is_string(val))) {
         rc = packctl_fail(err, errlen, PK_EINVAL, "%s: expected a %s", what,
@@ -294,7 +336,8 @@ static int read_manifest(const char *name, const char *data, size_t size,
       if (rc != 0)
         goto done;
     } else {
-      rc = packctl_fail(err, errlen, PK_EINVAL, "manifest: unknown field '%s'", key);
+      rc = unknown_field(name, NULL, key, top_fields, sizeof top_fields / sizeof top_fields[0], err,
+                         errlen);
       goto done;
     }
   }

@@ -9,20 +9,22 @@
  * holds only the RPC: transport, server decode, planning and encode. */
 #include <jansson.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "grpc_status_names.h"
 #include "packctl.h"
+#include "packctl_args.h"
+#include "packctl_fail.h"
+#include "packctl_fields.h"
 #include "packctl_input.h"
+#include "packctl_output.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"
 #include "pk_client.h"
 #include "pk_error.h"
-
-#define N_CODES 17
 
 typedef struct load_opts {
   const char *server;
@@ -36,6 +38,11 @@ typedef struct load_opts {
   uint64_t distinct;
   uint64_t seed;
   int json;
+  /* The field flags in command-line order: index into
+   * packctl_field_flags, value. */
+  size_t nset;
+  int *set_index;
+  const char **set_value;
 } load_opts_t;
 
 typedef struct shared {
@@ -54,7 +61,7 @@ typedef struct worker {
   pk_client_t *client;
   uint64_t *lat_ns;
   size_t n, cap;
-  uint64_t errors[N_CODES];
+  uint64_t errors[PK_GRPC_CODE_COUNT];
   uint64_t oom;
   char first_error[600];
 } worker_t;
@@ -84,7 +91,7 @@ static void *worker_main(void *arg) {
     if (t0 < sh->t_measure_ns)
       continue;
     if (rc != PK_OK) {
-      int code = st.code >= 0 && st.code < N_CODES ? st.code : 2;
+      int code = st.code >= 0 && st.code < PK_GRPC_CODE_COUNT ? st.code : PK_GRPC_UNKNOWN;
       w->errors[code]++;
       if (w->first_error[0] == '\0')
         snprintf(w->first_error, sizeof w->first_error, "%s: %s", pk_client_status_name(code),
@@ -124,77 +131,31 @@ static double pct_ms(const uint64_t *v, size_t n, double p) {
 }
 
 static void load_usage(FILE *f) {
-  fputs("usage: packctl load --server HOST:PORT (--lengths FILE | --request-file FILE)\n"
-        "                    [--concurrency C] [--duration S] [--sample N] [FIELD FLAGS]\n"
+  fputs("usage: packctl load [--server HOST:PORT] --dp N [OPTIONS] (INPUT | --request-file FILE)\n"
         "\n"
         "Sends Plan calls from C threads (one connection each) for S seconds and prints\n"
-        "requests/s, latency p50/p90/p99 and errors by status.\n"
+        "requests/s, latency p50/p90/p99 and errors by status. INPUT is a lengths file or\n"
+        "a JSON manifest, as for packctl plan ('-' reads stdin).\n"
         "\n"
-        "  --server HOST:PORT    the packd server (default: $PACKD_TARGET)\n"
-        "  --lengths FILE        lengths file or JSON manifest (as packctl plan INPUT)\n"
-        "  --request-file FILE   a binary packd.v1.PlanRequest instead\n"
-        "  --concurrency C       client threads (default 1)\n"
-        "  --duration S          measured seconds (default 10)\n"
-        "  --warmup S            seconds before measuring (default 1)\n"
-        "  --sample N            sequences per request, sampled from the input\n"
-        "  --distinct K          different samples cycled through (default 16)\n"
-        "  --seed X              request seed and first sample seed (default 0)\n"
-        "  --timeout S           deadline per call (default 30)\n"
-        "  --format FORMAT       table (default) or json\n"
+        "  --server HOST:PORT           the packd server (default: $PACKD_TARGET, else\n"
+        "                               $PACKD_SERVER)\n"
+        "  --lengths FILE               the same as INPUT\n"
+        "  --request-file FILE          a binary packd.v1.PlanRequest instead of INPUT\n"
+        "  --concurrency C              client threads (default 1)\n"
+        "  --duration S                 measured seconds (default 10)\n"
+        "  --warmup S                   seconds before measuring (default 1)\n"
+        "  --sample N                   sequences per request, sampled from the input\n"
+        "                               (default: all of them)\n"
+        "  --distinct K                 different samples cycled through (default 16)\n"
+        "  --timeout S                  deadline per call (default 30)\n"
+        "  --format F                   table (default) | json\n"
+        "  -h, --help                   this help\n"
         "\n"
-        "Field flags set request fields as in packctl plan, by proto field name with\n"
-        "dashes: --dp 64 --max-tokens 32768 --mode packed --equal-count --cost-linear 1 ...\n"
-        "\n"
-        "exit status: 0 every measured call OK, 1 some call failed, 2 bad flags.\n",
+        "request fields, as for packctl plan (--seed X is also the first sample's seed;\n"
+        "sample k uses X + k):\n",
         f);
-}
-
-static int usage_err(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_err(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "packctl load: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\nRun 'packctl load --help' for the options.\n");
-  va_end(ap);
-  return PACKCTL_EXIT_USAGE;
-}
-
-/* Finds the request field a field flag names: "max-tokens" is
- * batching.max_tokens, "cost-linear" cost.linear, "job" the top level. */
-static int resolve_field(const char *flag, const char **sub, char *field, size_t flen,
-                         int *is_bool) {
-  char name[64];
-  snprintf(name, sizeof name, "%s", flag);
-  for (char *p = name; *p; p++)
-    if (*p == '-')
-      *p = '_';
-  static const struct {
-    const char *sub;
-    const ProtobufCMessageDescriptor *d;
-    const char *prefix;
-  } subs[] = {
-      {"parallel", &packd__v1__parallel__descriptor, ""},
-      {"batching", &packd__v1__batching__descriptor, ""},
-      {"layout", &packd__v1__layout__descriptor, ""},
-      {"cost", &packd__v1__cost__descriptor, "cost_"},
-      {NULL, &packd__v1__plan_request__descriptor, ""},
-  };
-  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
-    size_t pl = strlen(subs[i].prefix);
-    if (strncmp(name, subs[i].prefix, pl) != 0)
-      continue;
-    const ProtobufCFieldDescriptor *fd =
-        protobuf_c_message_descriptor_get_field_by_name(subs[i].d, name + pl);
-    if (fd == NULL || fd->label == PROTOBUF_C_LABEL_REPEATED || fd->type == PROTOBUF_C_TYPE_MESSAGE)
-      continue;
-    *sub = subs[i].sub;
-    snprintf(field, flen, "%s", name + pl);
-    *is_bool = fd->type == PROTOBUF_C_TYPE_BOOL;
-    return 0;
-  }
-  return -1;
+  packctl_fields_usage(f);
+  fputs("\nexit status: 0 every measured call OK, 1 some call failed, 2 bad flags.\n", f);
 }
 
 static uint8_t *pack_request(const Packd__V1__PlanRequest *req, size_t *len) {
@@ -206,8 +167,7 @@ static uint8_t *pack_request(const Packd__V1__PlanRequest *req, size_t *len) {
 }
 
 /* Builds the requests; returns an exit status. */
-static int build_requests(const load_opts_t *o, int argc, char **argv, shared_t *sh,
-                          size_t *sequences) {
+static int build_requests(const load_opts_t *o, shared_t *sh, size_t *sequences) {
   char err[1024] = "";
   Packd__V1__PlanRequest *req = NULL;
   int rc;
@@ -224,42 +184,20 @@ static int build_requests(const load_opts_t *o, int argc, char **argv, shared_t 
     return rc == PK_ENOMEM ? PACKCTL_EXIT_FAIL : PACKCTL_EXIT_USAGE;
   }
   /* The field flags, in command-line order. */
-  for (int i = 1; i < argc; i++) {
-    if (strncmp(argv[i], "--", 2) != 0)
-      continue;
-    char name[64];
-    const char *v;
-    packctl_next_flag(argc, argv, &i, false, name, sizeof name, &v);
-    static const char *const own[] = {"server",   "lengths", "request-file", "concurrency",
-                                      "duration", "warmup",  "sample",       "distinct",
-                                      "timeout",  "format",  "seed"};
-    int is_own = 0;
-    for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
-      is_own |= strcmp(name, own[k]) == 0;
-    if (is_own) {
-      if (v == NULL)
-        i++; /* Skip its value; parse_opts checked it. */
-      if (strcmp(name, "seed") != 0)
-        continue;
-    }
-    const char *sub = NULL;
-    char field[64];
-    int is_bool = 0;
-    resolve_field(name, &sub, field, sizeof field, &is_bool);
-    if (v == NULL)
-      v = is_own ? argv[i] : (is_bool ? "true" : argv[++i]);
-    char what[80];
-    snprintf(what, sizeof what, "--%s", name);
-    rc = packctl_request_set(req, sub, field, v, what, err, sizeof err);
+  for (size_t i = 0; i < o->nset; i++) {
+    rc = packctl_fields_set(req, (size_t)o->set_index[i], o->set_value[i], err, sizeof err);
     if (rc != 0) {
       fprintf(stderr, "packctl load: %s\n", err);
       packd__v1__plan_request__free_unpacked(req, NULL);
-      return PACKCTL_EXIT_USAGE;
+      return rc == PK_ENOMEM ? PACKCTL_EXIT_FAIL : PACKCTL_EXIT_USAGE;
     }
   }
   if (req->parallel == NULL || req->parallel->dp == 0) {
     packd__v1__plan_request__free_unpacked(req, NULL);
-    return usage_err("the request has no parallel.dp: give --dp N");
+    return packctl_usage_fail("load",
+                              "--dp N is required: the data-parallel size (parallel.dp) is "
+                              "set neither by a flag nor by %s",
+                              o->request_file != NULL ? o->request_file : o->lengths);
   }
   size_t base_len = 0;
   uint8_t *base = pack_request(req, &base_len);
@@ -303,77 +241,150 @@ static int build_requests(const load_opts_t *o, int argc, char **argv, shared_t 
   return PACKCTL_EXIT_OK;
 }
 
-static int parse_opts(int argc, char **argv, load_opts_t *o) {
+enum {
+  OPT_SERVER = 256,
+  OPT_LENGTHS,
+  OPT_REQUEST_FILE,
+  OPT_CONCURRENCY,
+  OPT_DURATION,
+  OPT_WARMUP,
+  OPT_TIMEOUT,
+  OPT_SAMPLE,
+  OPT_DISTINCT,
+  OPT_FORMAT,
+  OPT_FIELD = 1000, /* OPT_FIELD + index into packctl_field_flags. */
+};
+
+/* One option's value; returns 0 or the usage status after a message. */
+static int load_option(load_opts_t *o, int c, const char *v) {
   char err[512];
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-      load_usage(stdout);
-      return -1;
-    }
-    if (strncmp(argv[i], "--", 2) != 0)
-      return usage_err("unexpected argument '%s'", argv[i]);
-    char name[64];
-    const char *v;
-    /* Field flags are checked here too, so that a typo is a usage error
-     * before any request is built. */
-    const char *sub;
-    char field[64];
-    int is_bool = 0;
-    const char *arg = argv[i] + 2;
-    size_t nl = strcspn(arg, "=");
-    snprintf(name, sizeof name, "%.*s", (int)nl, arg);
-    int known_field = resolve_field(name, &sub, field, sizeof field, &is_bool) == 0;
-    if (packctl_next_flag(argc, argv, &i, !(known_field && is_bool), name, sizeof name, &v) != 0)
-      return usage_err("--%s needs a value", name);
-    uint64_t u;
-    if (strcmp(name, "server") == 0) {
-      o->server = v;
-    } else if (strcmp(name, "lengths") == 0) {
-      o->lengths = v;
-    } else if (strcmp(name, "request-file") == 0) {
-      o->request_file = v;
-    } else if (strcmp(name, "concurrency") == 0) {
-      if (packctl_parse_u64(v, 4096, "--concurrency", &u, err, sizeof err) != 0 || u == 0)
-        return usage_err("--concurrency: expected 1 to 4096, got '%s'", v);
-      o->concurrency = (int)u;
-    } else if (strcmp(name, "duration") == 0) {
-      if (packctl_parse_seconds(v, &o->duration_s) != 0)
-        return usage_err("--duration: expected a positive number of seconds, got '%s'", v);
-    } else if (strcmp(name, "warmup") == 0) {
-      if (strcmp(v, "0") == 0)
-        o->warmup_s = 0;
-      else if (packctl_parse_seconds(v, &o->warmup_s) != 0)
-        return usage_err("--warmup: expected a number of seconds, got '%s'", v);
-    } else if (strcmp(name, "timeout") == 0) {
-      if (packctl_parse_seconds(v, &o->timeout_s) != 0)
-        return usage_err("--timeout: expected a positive number of seconds, got '%s'", v);
-    } else if (strcmp(name, "sample") == 0) {
-      if (packctl_parse_u64(v, UINT32_MAX, "--sample", &o->sample, err, sizeof err) != 0 ||
-          o->sample == 0)
-        return usage_err("--sample: expected a positive count, got '%s'", v);
-    } else if (strcmp(name, "distinct") == 0) {
-      if (packctl_parse_u64(v, 4096, "--distinct", &o->distinct, err, sizeof err) != 0 ||
-          o->distinct == 0)
-        return usage_err("--distinct: expected 1 to 4096, got '%s'", v);
-    } else if (strcmp(name, "seed") == 0) {
-      if (packctl_parse_u64(v, UINT64_MAX, "--seed", &o->seed, err, sizeof err) != 0)
-        return usage_err("%s", err);
-    } else if (strcmp(name, "format") == 0) {
-      if (strcmp(v, "json") == 0)
-        o->json = 1;
-      else if (strcmp(v, "table") == 0 || strcmp(v, "summary") == 0)
-        o->json = 0;
-      else
-        return usage_err("--format: expected table or json, got '%s'", v);
-    } else if (!known_field) {
-      return usage_err("unknown option '--%s'", name);
-    }
+  uint64_t u;
+  switch (c) {
+  case OPT_SERVER:
+    o->server = v;
+    return 0;
+  case PACKCTL_ARGS_POSITIONAL:
+  case OPT_LENGTHS:
+    if (o->lengths != NULL)
+      return packctl_usage_fail("load", "one INPUT at most: got '%s' and '%s'", o->lengths, v);
+    o->lengths = v;
+    return 0;
+  case OPT_REQUEST_FILE:
+    o->request_file = v;
+    return 0;
+  case OPT_CONCURRENCY:
+    if (packctl_parse_u64(v, 4096, "--concurrency", &u, err, sizeof err) != 0 || u == 0)
+      return packctl_usage_fail("load", "--concurrency: expected 1 to 4096, got '%s'", v);
+    o->concurrency = (int)u;
+    return 0;
+  case OPT_DURATION:
+    if (packctl_parse_seconds(v, &o->duration_s) != 0)
+      return packctl_usage_fail("load",
+                                "--duration: expected a positive number of seconds, got '%s'", v);
+    return 0;
+  case OPT_WARMUP:
+    if (strcmp(v, "0") == 0)
+      o->warmup_s = 0;
+    else if (packctl_parse_seconds(v, &o->warmup_s) != 0)
+      return packctl_usage_fail("load", "--warmup: expected a number of seconds, got '%s'", v);
+    return 0;
+  case OPT_TIMEOUT:
+    if (packctl_parse_seconds(v, &o->timeout_s) != 0)
+      return packctl_usage_fail("load",
+                                "--timeout: expected a positive number of seconds, got '%s'", v);
+    return 0;
+  case OPT_SAMPLE:
+    if (packctl_parse_u64(v, UINT32_MAX, "--sample", &o->sample, err, sizeof err) != 0 ||
+        o->sample == 0)
+      return packctl_usage_fail("load", "--sample: expected a positive count, got '%s'", v);
+    return 0;
+  case OPT_DISTINCT:
+    if (packctl_parse_u64(v, 4096, "--distinct", &o->distinct, err, sizeof err) != 0 ||
+        o->distinct == 0)
+      return packctl_usage_fail("load", "--distinct: expected 1 to 4096, got '%s'", v);
+    return 0;
+  case OPT_FORMAT:
+    if (strcmp(v, "json") == 0)
+      o->json = 1;
+    else if (strcmp(v, "table") == 0 || strcmp(v, "summary") == 0)
+      o->json = 0;
+    else
+      return packctl_usage_fail("load", "--format: expected table or json, got '%s'", v);
+    return 0;
+  default:
+    break;
   }
+  /* A field flag: checked now on a scratch request, so that a typo is a
+   * usage error before any input is read; applied after the input. */
+  size_t index = (size_t)(c - OPT_FIELD);
+  const char *text = v != NULL ? v : "true";
+  Packd__V1__PlanRequest *scratch = packctl_request_new();
+  if (scratch == NULL)
+    return packctl_usage_fail("load", "out of memory");
+  int rc = packctl_fields_set(scratch, index, text, err, sizeof err);
+  packd__v1__plan_request__free_unpacked(scratch, NULL);
+  if (rc != 0)
+    return packctl_usage_fail("load", "%s", err);
+  if (strcmp(packctl_field_flags[index].flag, "seed") == 0 &&
+      packctl_parse_u64(text, UINT64_MAX, "--seed", &o->seed, err, sizeof err) != 0)
+    return packctl_usage_fail("load", "%s", err);
+  o->set_index[o->nset] = (int)index;
+  o->set_value[o->nset] = text;
+  o->nset++;
+  return 0;
+}
+
+static int parse_opts(int argc, char **argv, load_opts_t *o) {
+  static const struct option fixed[] = {
+      {"server", required_argument, NULL, OPT_SERVER},
+      {"lengths", required_argument, NULL, OPT_LENGTHS},
+      {"request-file", required_argument, NULL, OPT_REQUEST_FILE},
+      {"concurrency", required_argument, NULL, OPT_CONCURRENCY},
+      {"duration", required_argument, NULL, OPT_DURATION},
+      {"warmup", required_argument, NULL, OPT_WARMUP},
+      {"timeout", required_argument, NULL, OPT_TIMEOUT},
+      {"sample", required_argument, NULL, OPT_SAMPLE},
+      {"distinct", required_argument, NULL, OPT_DISTINCT},
+      {"format", required_argument, NULL, OPT_FORMAT},
+      {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
+  };
+  enum { N_FIXED = sizeof fixed / sizeof fixed[0] };
+  struct option *long_opts = calloc(N_FIXED + packctl_n_field_flags + 1, sizeof *long_opts);
+  if (long_opts == NULL)
+    return packctl_usage_fail("load", "out of memory");
+  memcpy(long_opts, fixed, sizeof fixed);
+  packctl_fields_options(long_opts + N_FIXED, OPT_FIELD);
+  int status = PACKCTL_EXIT_OK;
+  packctl_args_t args;
+  packctl_args_init(&args, "load", argc, argv, long_opts);
+  for (;;) {
+    const char *v = NULL;
+    int c = packctl_args_next(&args, &v);
+    if (c == PACKCTL_ARGS_END)
+      break;
+    if (c == PACKCTL_ARGS_ERROR) {
+      status = PACKCTL_EXIT_USAGE;
+      break;
+    }
+    if (c == PACKCTL_ARGS_HELP) {
+      load_usage(stdout);
+      status = -1;
+      break;
+    }
+    status = load_option(o, c, v);
+    if (status != 0)
+      break;
+  }
+  free(long_opts);
+  if (status != PACKCTL_EXIT_OK)
+    return status;
   o->server = packctl_server_address(o->server);
   if (o->server == NULL)
-    return usage_err("missing --server HOST:PORT (or $PACKD_TARGET)");
+    return packctl_usage_fail("load",
+                              "missing --server HOST:PORT (or set $PACKD_TARGET or $PACKD_SERVER)");
   if ((o->lengths == NULL) == (o->request_file == NULL))
-    return usage_err("give exactly one of --lengths FILE and --request-file FILE");
+    return packctl_usage_fail("load", "give exactly one of INPUT (or --lengths FILE) and "
+                                      "--request-file FILE");
   return PACKCTL_EXIT_OK;
 }
 
@@ -400,7 +411,7 @@ static void print_table(const load_opts_t *o, const shared_t *sh, size_t sequenc
   printf("errors by status\n");
   if (nerr == 0)
     printf("  (none)\n");
-  for (int c = 0; c < N_CODES; c++)
+  for (int c = 0; c < PK_GRPC_CODE_COUNT; c++)
     if (errors[c] > 0)
       printf("  %-20s %llu\n", pk_client_status_name(c), (unsigned long long)errors[c]);
   if (first_error[0] != '\0')
@@ -415,7 +426,7 @@ static void print_json(const load_opts_t *o, const shared_t *sh, size_t sequence
     mean += (double)lat[k];
   mean = ok ? mean / (double)ok / 1e6 : 0;
   json_t *by = json_object();
-  for (int c = 0; c < N_CODES; c++)
+  for (int c = 0; c < PK_GRPC_CODE_COUNT; c++)
     if (errors[c] > 0)
       json_object_set_new(by, pk_client_status_name(c), json_integer((json_int_t)errors[c]));
   json_t *root = json_pack(
@@ -428,25 +439,29 @@ static void print_json(const load_opts_t *o, const shared_t *sh, size_t sequence
       "p90", pct_ms(lat, ok, 0.9), "p99", pct_ms(lat, ok, 0.99), "max",
       ok ? (double)lat[ok - 1] / 1e6 : 0.0, "mean", mean, "errors", "total", (json_int_t)nerr,
       "by_status", by, "first", first_error);
-  char *text = root ? json_dumps(root, JSON_INDENT(2)) : NULL;
-  if (text != NULL)
-    printf("%s\n", text);
-  free(text);
+  if (root != NULL)
+    packctl_write_json_value(stdout, root);
   json_decref(root);
 }
 
 int packctl_cmd_load(int argc, char **argv) {
   load_opts_t o = {
       .concurrency = 1, .duration_s = 10, .warmup_s = 1, .timeout_s = 30, .distinct = 16};
-  int status = parse_opts(argc, argv, &o);
-  if (status != PACKCTL_EXIT_OK)
+  o.set_index = calloc((size_t)argc + 1, sizeof *o.set_index);
+  o.set_value = calloc((size_t)argc + 1, sizeof *o.set_value);
+  int status =
+      o.set_index == NULL || o.set_value == NULL ? PACKCTL_EXIT_FAIL : parse_opts(argc, argv, &o);
+  if (status != PACKCTL_EXIT_OK) {
+    free(o.set_index);
+    free(o.set_value);
     return status < 0 ? PACKCTL_EXIT_OK : status;
+  }
 
   shared_t sh = {.o = &o};
   size_t sequences = 0;
   worker_t *w = NULL;
   uint64_t *all = NULL;
-  status = build_requests(&o, argc, argv, &sh, &sequences);
+  status = build_requests(&o, &sh, &sequences);
   if (status != PACKCTL_EXIT_OK)
     goto done;
 
@@ -502,11 +517,11 @@ int packctl_cmd_load(int argc, char **argv) {
   if (elapsed <= 0)
     elapsed = o.duration_s;
 
-  uint64_t ok = 0, nerr = 0, errors[N_CODES] = {0};
+  uint64_t ok = 0, nerr = 0, errors[PK_GRPC_CODE_COUNT] = {0};
   const char *first_error = "";
   for (int t = 0; t < o.concurrency; t++) {
     ok += w[t].n;
-    for (int c = 0; c < N_CODES; c++) {
+    for (int c = 0; c < PK_GRPC_CODE_COUNT; c++) {
       errors[c] += w[t].errors[c];
       nerr += w[t].errors[c];
     }
@@ -546,5 +561,7 @@ done:
     free(sh.req);
   }
   free(sh.req_len);
+  free(o.set_index);
+  free(o.set_value);
   return status;
 }

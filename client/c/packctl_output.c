@@ -1,4 +1,6 @@
-/* packctl: JSON (protobuf JSON mapping) and summary output of a plan. */
+/* packctl: the summary output of a plan and of a request (--dry-run), and
+ * the spelling of doubles that the JSON output shares (packctl_json.c
+ * writes JSON, packctl_svg.c the picture). */
 #include "packctl_output.h"
 
 #include <math.h>
@@ -8,6 +10,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "codec.h"
 #include "pk_planner.h"
 
 int packctl_format_parse(const char *s, packctl_format_t *out) {
@@ -97,280 +100,6 @@ void packctl_format_double(double v, char *buf, size_t len) {
   snprintf(buf, len, "%s", out);
 }
 
-/* ---- JSON --------------------------------------------------------------- */
-
-static void json_indent(FILE *f, int level) {
-  fputc('\n', f);
-  for (int i = 0; i < level; i++)
-    fputs("  ", f);
-}
-
-/* A string as json.dumps(ensure_ascii=True) writes it: UTF-8 decoded and
- * every non-ASCII code point escaped (surrogate pairs above U+FFFF); an
- * invalid byte becomes U+FFFD. */
-static void json_string(FILE *f, const char *str, size_t len) {
-  const unsigned char *s = (const unsigned char *)str;
-  fputc('"', f);
-  for (size_t i = 0; i < len;) {
-    unsigned c = s[i];
-    uint32_t cp = c;
-    size_t n = 1;
-    if (c >= 0x80) {
-      size_t need = c >= 0xF0 && c < 0xF8 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 0;
-      cp = 0xFFFD;
-      if (need > 0 && i + need <= len) {
-        uint32_t v = c & (0x7Fu >> need);
-        bool ok = true;
-        for (size_t k = 1; k < need; k++) {
-          if ((s[i + k] & 0xC0) != 0x80)
-            ok = false;
-          v = (v << 6) | (s[i + k] & 0x3F);
-        }
-        static const uint32_t min_cp[] = {0, 0, 0x80, 0x800, 0x10000};
-        if (ok && v >= min_cp[need] && v <= 0x10FFFF && !(v >= 0xD800 && v <= 0xDFFF)) {
-          cp = v;
-          n = need;
-        }
-      }
-    }
-    i += n;
-    switch (cp) {
-    case '"':
-      fputs("\\\"", f);
-      continue;
-    case '\\':
-      fputs("\\\\", f);
-      continue;
-    case '\n':
-      fputs("\\n", f);
-      continue;
-    case '\r':
-      fputs("\\r", f);
-      continue;
-    case '\t':
-      fputs("\\t", f);
-      continue;
-    case '\b':
-      fputs("\\b", f);
-      continue;
-    case '\f':
-      fputs("\\f", f);
-      continue;
-    default:
-      break;
-    }
-    if (cp < 0x20 || (cp >= 0x7F && cp < 0x10000)) {
-      fprintf(f, "\\u%04x", (unsigned)cp);
-    } else if (cp >= 0x10000) {
-      uint32_t v = cp - 0x10000;
-      fprintf(f, "\\u%04x\\u%04x", (unsigned)(0xD800 + (v >> 10)),
-              (unsigned)(0xDC00 + (v & 0x3FF)));
-    } else {
-      fputc((int)cp, f);
-    }
-  }
-  fputc('"', f);
-}
-
-static void json_base64(FILE *f, const uint8_t *d, size_t n) {
-  static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-  fputc('"', f);
-  for (size_t i = 0; i < n; i += 3) {
-    uint32_t v = (uint32_t)d[i] << 16;
-    if (i + 1 < n)
-      v |= (uint32_t)d[i + 1] << 8;
-    if (i + 2 < n)
-      v |= d[i + 2];
-    fputc(tbl[(v >> 18) & 63], f);
-    fputc(tbl[(v >> 12) & 63], f);
-    fputc(i + 1 < n ? tbl[(v >> 6) & 63] : '=', f);
-    fputc(i + 2 < n ? tbl[v & 63] : '=', f);
-  }
-  fputc('"', f);
-}
-
-/* The JSON name of a proto field: lowerCamelCase of the proto name. */
-static void json_name(FILE *f, const char *name) {
-  fputc('"', f);
-  bool up = false;
-  for (const char *p = name; *p != '\0'; p++) {
-    if (*p == '_') {
-      up = true;
-      continue;
-    }
-    fputc(up && *p >= 'a' && *p <= 'z' ? *p - 'a' + 'A' : *p, f);
-    up = false;
-  }
-  fputs("\": ", f);
-}
-
-static void json_message(FILE *f, const ProtobufCMessage *m, int level);
-
-/* One value of field fd stored at p. */
-static void json_value(FILE *f, const ProtobufCFieldDescriptor *fd, const void *p, int level) {
-  char buf[64];
-  switch (fd->type) {
-  case PROTOBUF_C_TYPE_INT32:
-  case PROTOBUF_C_TYPE_SINT32:
-  case PROTOBUF_C_TYPE_SFIXED32:
-    fprintf(f, "%d", (int)*(const int32_t *)p);
-    break;
-  case PROTOBUF_C_TYPE_UINT32:
-  case PROTOBUF_C_TYPE_FIXED32:
-    fprintf(f, "%u", (unsigned)*(const uint32_t *)p);
-    break;
-  case PROTOBUF_C_TYPE_INT64:
-  case PROTOBUF_C_TYPE_SINT64:
-  case PROTOBUF_C_TYPE_SFIXED64:
-    fprintf(f, "\"%lld\"", (long long)*(const int64_t *)p);
-    break;
-  case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_FIXED64:
-    fprintf(f, "\"%llu\"", (unsigned long long)*(const uint64_t *)p);
-    break;
-  case PROTOBUF_C_TYPE_BOOL:
-    fputs(*(const protobuf_c_boolean *)p ? "true" : "false", f);
-    break;
-  case PROTOBUF_C_TYPE_FLOAT:
-  case PROTOBUF_C_TYPE_DOUBLE: {
-    double v = fd->type == PROTOBUF_C_TYPE_FLOAT ? (double)*(const float *)p : *(const double *)p;
-    if (isnan(v)) {
-      fputs("\"NaN\"", f);
-    } else if (isinf(v)) {
-      fputs(v < 0 ? "\"-Infinity\"" : "\"Infinity\"", f);
-    } else {
-      packctl_format_double(v, buf, sizeof buf);
-      fputs(buf, f);
-    }
-    break;
-  }
-  case PROTOBUF_C_TYPE_ENUM: {
-    int v = *(const int *)p;
-    const ProtobufCEnumValue *ev = protobuf_c_enum_descriptor_get_value(fd->descriptor, v);
-    if (ev != NULL)
-      json_string(f, ev->name, strlen(ev->name));
-    else
-      fprintf(f, "%d", v);
-    break;
-  }
-  case PROTOBUF_C_TYPE_STRING: {
-    const char *s = *(char *const *)p;
-    json_string(f, s != NULL ? s : "", s != NULL ? strlen(s) : 0);
-    break;
-  }
-  case PROTOBUF_C_TYPE_BYTES: {
-    const ProtobufCBinaryData *b = p;
-    json_base64(f, b->data, b->len);
-    break;
-  }
-  case PROTOBUF_C_TYPE_MESSAGE:
-    json_message(f, *(ProtobufCMessage *const *)p, level);
-    break;
-  }
-}
-
-static size_t field_size(const ProtobufCFieldDescriptor *fd) {
-  switch (fd->type) {
-  case PROTOBUF_C_TYPE_INT64:
-  case PROTOBUF_C_TYPE_SINT64:
-  case PROTOBUF_C_TYPE_SFIXED64:
-  case PROTOBUF_C_TYPE_UINT64:
-  case PROTOBUF_C_TYPE_FIXED64:
-  case PROTOBUF_C_TYPE_DOUBLE:
-    return 8;
-  case PROTOBUF_C_TYPE_BOOL:
-    return sizeof(protobuf_c_boolean);
-  case PROTOBUF_C_TYPE_ENUM:
-    return sizeof(int);
-  case PROTOBUF_C_TYPE_STRING:
-  case PROTOBUF_C_TYPE_MESSAGE:
-    return sizeof(void *);
-  case PROTOBUF_C_TYPE_BYTES:
-    return sizeof(ProtobufCBinaryData);
-  default:
-    return 4;
-  }
-}
-
-/* Whether a singular proto3 field holds its default (and is left out). */
-static bool is_default(const ProtobufCFieldDescriptor *fd, const void *p) {
-  switch (fd->type) {
-  case PROTOBUF_C_TYPE_STRING: {
-    const char *s = *(char *const *)p;
-    return s == NULL || s[0] == '\0';
-  }
-  case PROTOBUF_C_TYPE_MESSAGE:
-    return *(void *const *)p == NULL;
-  case PROTOBUF_C_TYPE_BYTES:
-    return ((const ProtobufCBinaryData *)p)->len == 0;
-  case PROTOBUF_C_TYPE_DOUBLE:
-    return *(const double *)p == 0;
-  case PROTOBUF_C_TYPE_FLOAT:
-    return *(const float *)p == 0;
-  default: {
-    /* Integers, bools and enums: all bytes zero. */
-    const unsigned char *b = p;
-    for (size_t i = 0; i < field_size(fd); i++)
-      if (b[i] != 0)
-        return false;
-    return true;
-  }
-  }
-}
-
-static void json_message(FILE *f, const ProtobufCMessage *m, int level) {
-  const ProtobufCMessageDescriptor *d = m->descriptor;
-  bool any = false;
-  fputc('{', f);
-  /* protobuf-c keeps fields sorted by number, the order MessageToJson
-   * uses. */
-  for (unsigned i = 0; i < d->n_fields; i++) {
-    const ProtobufCFieldDescriptor *fd = &d->fields[i];
-    const char *member = (const char *)m + fd->offset;
-    if (fd->label == PROTOBUF_C_LABEL_REPEATED) {
-      size_t n = *(const size_t *)((const char *)m + fd->quantifier_offset);
-      if (n == 0)
-        continue;
-      const char *arr = *(char *const *)member;
-      fputs(any ? "," : "", f);
-      json_indent(f, level + 1);
-      json_name(f, fd->name);
-      fputc('[', f);
-      for (size_t k = 0; k < n; k++) {
-        fputs(k > 0 ? "," : "", f);
-        json_indent(f, level + 2);
-        json_value(f, fd, arr + k * field_size(fd), level + 2);
-      }
-      json_indent(f, level + 1);
-      fputc(']', f);
-      any = true;
-      continue;
-    }
-    if (fd->label == PROTOBUF_C_LABEL_OPTIONAL && fd->quantifier_offset != 0 &&
-        fd->type != PROTOBUF_C_TYPE_MESSAGE && fd->type != PROTOBUF_C_TYPE_STRING) {
-      /* proto3 `optional` scalars carry a has_ flag. */
-      if (!*(const protobuf_c_boolean *)((const char *)m + fd->quantifier_offset))
-        continue;
-    } else if (is_default(fd, member)) {
-      continue;
-    }
-    fputs(any ? "," : "", f);
-    json_indent(f, level + 1);
-    json_name(f, fd->name);
-    json_value(f, fd, member, level + 1);
-    any = true;
-  }
-  if (any)
-    json_indent(f, level);
-  fputc('}', f);
-}
-
-int packctl_write_json(FILE *f, const ProtobufCMessage *msg) {
-  json_message(f, msg, 0);
-  fputc('\n', f);
-  return ferror(f) ? -1 : 0;
-}
-
 /* ---- summary ------------------------------------------------------------ */
 
 typedef struct rank_totals {
@@ -448,6 +177,89 @@ int packctl_write_summary(FILE *f, const Packd__V1__PlanResponse *resp,
   fprintf(f, "zero-length sequences   %u\n", st->zero_length);
   fprintf(f, "plan time               %llu us\n", (unsigned long long)st->plan_time_us);
   free(t);
+  return ferror(f) ? -1 : 0;
+}
+
+/* The fields of a request's sub-message that are set, as "name value"
+ * pairs on one line ("dp 8, cp 2"). */
+static void summary_fields(FILE *f, const ProtobufCMessage *m) {
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  int shown = 0;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *fd = &d->fields[i];
+    const char *p = (const char *)m + fd->offset;
+    char value[64] = "";
+    switch (fd->type) {
+    case PROTOBUF_C_TYPE_UINT32:
+      if (*(const uint32_t *)p != 0)
+        snprintf(value, sizeof value, "%u", (unsigned)*(const uint32_t *)p);
+      break;
+    case PROTOBUF_C_TYPE_UINT64:
+      if (*(const uint64_t *)p != 0)
+        snprintf(value, sizeof value, "%llu", (unsigned long long)*(const uint64_t *)p);
+      break;
+    case PROTOBUF_C_TYPE_BOOL:
+      if (*(const protobuf_c_boolean *)p)
+        snprintf(value, sizeof value, "true");
+      break;
+    case PROTOBUF_C_TYPE_DOUBLE:
+      if (*(const double *)p != 0)
+        packctl_format_double(*(const double *)p, value, sizeof value);
+      break;
+    case PROTOBUF_C_TYPE_ENUM:
+      if (*(const int *)p != 0) {
+        const ProtobufCEnumValue *ev =
+            protobuf_c_enum_descriptor_get_value(fd->descriptor, *(const int *)p);
+        snprintf(value, sizeof value, "%s", ev != NULL ? ev->name : "?");
+      }
+      break;
+    default:
+      break;
+    }
+    if (value[0] == '\0')
+      continue;
+    fprintf(f, "%s%s %s", shown == 0 ? "" : ", ", fd->name, value);
+    shown++;
+  }
+  if (shown == 0)
+    fputs("(defaults)", f);
+  fputc('\n', f);
+}
+
+int packctl_write_request_summary(FILE *f, const Packd__V1__PlanRequest *req, size_t req_len) {
+  uint64_t total = 0;
+  uint32_t longest = 0, shortest = req->n_lengths > 0 ? UINT32_MAX : 0;
+  for (size_t i = 0; i < req->n_lengths; i++) {
+    total += req->lengths[i];
+    longest = req->lengths[i] > longest ? req->lengths[i] : longest;
+    shortest = req->lengths[i] < shortest ? req->lengths[i] : shortest;
+  }
+  char id[33];
+  pk_codec_plan_id(req, id, sizeof id);
+  fprintf(f, "request (dry run: not planned) %zu bytes, plan id %s\n", req_len, id);
+  fprintf(f, "  sequences   %zu, %llu tokens (shortest %u, longest %u)\n", req->n_lengths,
+          (unsigned long long)total, shortest, longest);
+  fprintf(f, "  loss tokens %s\n", req->n_loss_tokens > 0 ? "given" : "none (every token counts)");
+  fprintf(f, "  groups      %s\n", req->n_groups > 0 ? "given" : "none");
+  const struct {
+    const char *label;
+    const ProtobufCMessage *m;
+  } subs[] = {
+      {"parallel", req->parallel != NULL ? &req->parallel->base : NULL},
+      {"batching", req->batching != NULL ? &req->batching->base : NULL},
+      {"cost", req->cost != NULL ? &req->cost->base : NULL},
+      {"layout", req->layout != NULL ? &req->layout->base : NULL},
+  };
+  for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+    fprintf(f, "  %-11s ", subs[i].label);
+    if (subs[i].m == NULL)
+      fputs("(defaults)\n", f);
+    else
+      summary_fields(f, subs[i].m);
+  }
+  fprintf(f, "  seed        %llu\n", (unsigned long long)req->seed);
+  if (req->job != NULL && req->job[0] != '\0')
+    fprintf(f, "  job         %s\n", req->job);
   return ferror(f) ? -1 : 0;
 }
 

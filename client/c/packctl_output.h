@@ -1,6 +1,7 @@
 /* packctl: printing a PlanResponse as JSON (the protobuf JSON mapping, as
- * Python's google.protobuf.json_format.MessageToJson prints it), as a
- * readable summary, or as an SVG picture of the balance.
+ * Python's google.protobuf.json_format.MessageToJson prints it, through
+ * libjansson: packctl_json.c), as a readable summary, or as an SVG picture
+ * of the balance; and a request (`plan --dry-run`) as JSON or a summary.
  *
  * The functions only read their arguments; they write to f and return 0, or
  * -1 when writing failed. */
@@ -9,6 +10,8 @@
 
 #include <stddef.h>
 #include <stdio.h>
+
+#include <jansson.h>
 
 #include "packd/v1/packd.pb-c.h"
 
@@ -32,6 +35,15 @@ int packctl_write(FILE *f, packctl_format_t fmt, const Packd__V1__PlanResponse *
  * ASCII-only strings — the text MessageToJson(msg) returns, plus a final
  * newline. */
 int packctl_write_json(FILE *f, const ProtobufCMessage *msg);
+
+/* A jansson value, dumped the way packctl_write_json dumps a message
+ * (two-space indentation, ASCII only, doubles as Python's repr), plus a
+ * final newline. */
+int packctl_write_json_value(FILE *f, const json_t *root);
+
+/* What `plan --dry-run` prints: the request's size and plan id, its
+ * sequences and the fields that are set. req_len is its packed size. */
+int packctl_write_request_summary(FILE *f, const Packd__V1__PlanRequest *req, size_t req_len);
 
 int packctl_write_summary(FILE *f, const Packd__V1__PlanResponse *resp,
                           const Packd__V1__PlanRequest *req);

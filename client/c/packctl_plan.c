@@ -1,8 +1,6 @@
 /* `packctl plan`: builds a PlanRequest from an input file and flags, plans
  * it locally (through the same bytes pipeline as the server: pack, decode,
  * plan, encode, unpack) or on a server, and prints the PlanResponse. */
-#include <getopt.h>
-#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,56 +8,13 @@
 
 #include "codec.h"
 #include "packctl.h"
+#include "packctl_args.h"
+#include "packctl_fail.h"
+#include "packctl_fields.h"
 #include "packctl_input.h"
 #include "packctl_output.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"
-
-/* One flag that sets one request field. Bools take an optional value
- * (`--shuffle` or `--shuffle=false`). */
-typedef struct field_flag {
-  const char *flag;
-  const char *sub; /* Sub-message name, NULL for the top level. */
-  const char *field;
-  const char *help;
-} field_flag_t;
-
-static const field_flag_t field_flags[] = {
-    {"dp", "parallel", "dp", "data-parallel ranks (required)"},
-    {"tp", "parallel", "tp", "tensor-parallel size"},
-    {"cp", "parallel", "cp", "context-parallel size"},
-    {"pp", "parallel", "pp", "pipeline-parallel size"},
-    {"vpp", "parallel", "vpp", "virtual pipeline stages"},
-    {"cp-algo", "parallel", "cp_algo", "zigzag|ulysses"},
-    {"sequence-parallel", "parallel", "sequence_parallel", "[=BOOL] sequence parallelism"},
-    {"num-heads", "parallel", "num_heads", "attention heads (checked for Ulysses)"},
-    {"microbatch-group", "parallel", "microbatch_group", "micro-batch counts multiple of this"},
-    {"mini-batches", "batching", "mini_batches", "optimizer steps per global batch"},
-    {"shuffle", "batching", "shuffle", "[=BOOL] seeded shuffle before mini-batches"},
-    {"dp-balance", "batching", "dp_balance", "auto|none|kk|kk_equal|lpt|lpt_equal|sorted_stride"},
-    {"equal-count", "batching", "equal_count", "[=BOOL] equal sequence counts per rank"},
-    {"mode", "batching", "mode", "packed|padded|fixed"},
-    {"max-tokens", "batching", "max_tokens", "token cap per micro-batch per CP rank"},
-    {"max-seqs", "batching", "max_seqs", "sequence cap per micro-batch"},
-    {"micro-batch-size", "batching", "micro_batch_size", "sequences per micro-batch (fixed)"},
-    {"min-micro-batches", "batching", "min_micro_batches", "at least this many micro-batches"},
-    {"round", "batching", "round", "padded row width multiple"},
-    {"micro-algo", "batching", "micro_algo", "auto|next_fit|ffd|mffd|kk_count|lpt_cap|shared_cuts"},
-    {"order", "batching", "order", "cost_desc|heavy_middle|original"},
-    {"keep-groups", "batching", "keep_groups", "[=BOOL] keep a group in one mini-batch"},
-    {"groups-on-rank", "batching", "groups_on_rank", "[=BOOL] every group on one DP rank"},
-    {"cost-linear", "cost", "linear", "sequence cost = per-sequence + linear*a"},
-    {"cost-quadratic", "cost", "quadratic", "  + quadratic*a^2 (both 0: 1 and 1/24576)"},
-    {"per-sequence", "cost", "per_sequence", "cost of every sequence (0: none)"},
-    {"per-micro-batch", "cost", "per_micro_batch", "cost of every micro-batch (0: none)"},
-    {"align", "layout", "align", "alignment A (0: from the parallel layout)"},
-    {"pad-multiple", "layout", "pad_multiple", "extra multiple combined with A by lcm"},
-    {"total-multiple", "layout", "total_multiple", "packed total multiple per micro-batch"},
-    {"fixed-shape", "layout", "fixed_shape", "[=BOOL] one packed length per rank"},
-    {"seed", NULL, "seed", "request seed (also seeds --sample)"},
-    {"job", NULL, "job", "job label (not part of the plan id)"},
-};
-#define N_FIELD_FLAGS (sizeof field_flags / sizeof field_flags[0])
 
 enum {
   OPT_LOCAL = 256,
@@ -73,8 +28,7 @@ enum {
   OPT_SAVE_REQUEST,
   OPT_SAVE_RESPONSE,
   OPT_DRY_RUN,
-  OPT_HELP,
-  OPT_FIELD = 1000, /* OPT_FIELD + index into field_flags. */
+  OPT_FIELD = 1000, /* OPT_FIELD + index into packctl_field_flags. */
 };
 
 typedef struct plan_opts {
@@ -97,62 +51,43 @@ typedef struct plan_opts {
 } plan_opts_t;
 
 static void plan_usage(FILE *f) {
-  fputs("usage: packctl plan [OPTIONS] (INPUT | --request-file FILE)\n"
+  fputs("usage: packctl plan [OPTIONS] --dp N (INPUT | --request-file FILE)\n"
         "\n"
         "INPUT is a lengths file (TOTAL or PROMPT RESPONSE per line, # comments)\n"
         "or a JSON manifest (a PlanRequest in the protobuf JSON mapping); '-' reads\n"
-        "stdin. Flags override the manifest.\n"
+        "stdin. Flags override the manifest. --dp is required unless the manifest or\n"
+        "the request file sets parallel.dp.\n"
         "\n"
-        "where to plan:\n"
-        "  --local               plan in this process (planner linked in)\n"
-        "  --server HOST:PORT    plan on a packd server (default: $PACKD_TARGET)\n"
-        "  --timeout SECONDS     deadline for --server (default 30)\n"
-        "  --dry-run             build (and --save-request) the request, do not plan\n"
+        "where to plan (one of):\n"
+        "  --local                      plan in this process (planner linked in)\n"
+        "  --server HOST:PORT           plan on a packd server (default: $PACKD_TARGET,\n"
+        "                               else $PACKD_SERVER)\n"
+        "  --dry-run                    build the request, print it (a summary, or with\n"
+        "                               --format json the request as JSON), do not plan\n"
+        "  --timeout SECONDS            deadline for --server (default 30)\n"
         "\n"
         "input and output:\n"
-        "  --sample N            a deterministic sample of N sequences (by --seed)\n"
-        "  --group-size N        groups = runs of N consecutive sequences (after --sample)\n"
-        "  --request-file FILE   read a binary packd.v1.PlanRequest instead of INPUT\n"
-        "  --save-request FILE   write the binary PlanRequest that is sent\n"
-        "  --save-response FILE  write the binary PlanResponse that came back\n"
-        "  --format FORMAT       summary (default) | json | svg\n"
-        "  --out FILE            write the output to FILE instead of stdout\n"
+        "  --sample N                   a deterministic sample of N sequences (by --seed)\n"
+        "  --group-size N               groups = runs of N consecutive sequences (after --sample)\n"
+        "  --request-file FILE          read a binary packd.v1.PlanRequest instead of INPUT\n"
+        "  --save-request FILE          write the binary PlanRequest that is sent\n"
+        "  --save-response FILE         write the binary PlanResponse that came back\n"
+        "  --format F                   summary (default) | json | svg\n"
+        "  --out FILE                   write the output to FILE (default: stdout)\n"
+        "  -h, --help                   this help\n"
         "\n"
-        "request fields:\n",
+        "request fields (0, the default, means the planner's default):\n",
         f);
-  for (size_t i = 0; i < N_FIELD_FLAGS; i++)
-    fprintf(f, "  --%-20s %s\n", field_flags[i].flag, field_flags[i].help);
-  fputs("\nexit status: 0 ok, 1 the planner or server refused (message on stderr),\n"
+  packctl_fields_usage(f);
+  fputs("\nexample: packctl plan --local --dp 8 --max-tokens 16384 lengths.txt\n"
+        "\nexit status: 0 ok, 1 the planner or server refused (message on stderr),\n"
         "2 bad flags, values or input.\n",
         f);
-}
-
-/* Prints "packctl plan: <message>" and a hint; returns the usage status. */
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "packctl plan: ");
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\nRun 'packctl plan --help' for the options.\n");
-  va_end(ap);
-  return PACKCTL_EXIT_USAGE;
-}
-
-static bool field_is_bool(const field_flag_t *ff) {
-  const ProtobufCMessageDescriptor *d = &packd__v1__plan_request__descriptor;
-  if (ff->sub != NULL)
-    d = protobuf_c_message_descriptor_get_field_by_name(d, ff->sub)->descriptor;
-  const ProtobufCFieldDescriptor *fd =
-      protobuf_c_message_descriptor_get_field_by_name(d, ff->field);
-  return fd != NULL && fd->type == PROTOBUF_C_TYPE_BOOL;
 }
 
 /* Parses argv into opts; returns PACKCTL_EXIT_OK, or an exit status after
  * printing a message (help prints and returns -1 for "done, exit 0"). */
 static int parse_opts(int argc, char **argv, plan_opts_t *o) {
-  static struct option long_opts[N_FIELD_FLAGS + 16];
   static const struct option fixed[] = {
       {"local", no_argument, NULL, OPT_LOCAL},
       {"server", required_argument, NULL, OPT_SERVER},
@@ -165,125 +100,136 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
       {"save-request", required_argument, NULL, OPT_SAVE_REQUEST},
       {"save-response", required_argument, NULL, OPT_SAVE_RESPONSE},
       {"dry-run", no_argument, NULL, OPT_DRY_RUN},
-      {"help", no_argument, NULL, OPT_HELP},
+      {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
   };
-  size_t k = 0;
-  for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
-    long_opts[k++] = fixed[i];
-  for (size_t i = 0; i < N_FIELD_FLAGS; i++) {
-    long_opts[k].name = field_flags[i].flag;
-    long_opts[k].has_arg = field_is_bool(&field_flags[i]) ? optional_argument : required_argument;
-    long_opts[k].flag = NULL;
-    long_opts[k].val = OPT_FIELD + (int)i;
-    k++;
+  enum { N_FIXED = sizeof fixed / sizeof fixed[0] };
+  struct option *long_opts = calloc(N_FIXED + packctl_n_field_flags + 1, sizeof *long_opts);
+  if (long_opts == NULL) {
+    fprintf(stderr, "packctl plan: out of memory\n");
+    return PACKCTL_EXIT_FAIL;
   }
-  memset(&long_opts[k], 0, sizeof long_opts[k]);
+  memcpy(long_opts, fixed, sizeof fixed);
+  packctl_fields_options(long_opts + N_FIXED, OPT_FIELD);
 
+  int status = PACKCTL_EXIT_OK;
   char err[512];
-  opterr = 0;
-  optind = 1;
+  packctl_args_t args;
+  packctl_args_init(&args, "plan", argc, argv, long_opts);
   for (;;) {
-    int idx = -1;
-    int c = getopt_long(argc, argv, ":h", long_opts, &idx);
-    if (c == -1)
+    const char *v = NULL;
+    int c = packctl_args_next(&args, &v);
+    if (c == PACKCTL_ARGS_END)
       break;
-    if (c == ':') {
-      const char *name = "?";
-      for (size_t i = 0; long_opts[i].name != NULL; i++)
-        if (long_opts[i].val == optopt)
-          name = long_opts[i].name;
-      return usage_error("--%s needs a value", name);
+    if (c == PACKCTL_ARGS_ERROR) {
+      status = PACKCTL_EXIT_USAGE;
+      goto done;
     }
-    if (c == '?')
-      return usage_error("unknown option '%s'", argv[optind - 1]);
     switch (c) {
-    case 'h':
-    case OPT_HELP:
+    case PACKCTL_ARGS_HELP:
       plan_usage(stdout);
-      return -1;
+      status = -1;
+      goto done;
+    case PACKCTL_ARGS_POSITIONAL:
+      if (o->input != NULL) {
+        status = packctl_usage_fail(
+            "plan", "unexpected argument '%s' (one INPUT at most; got '%s' first)", v, o->input);
+        goto done;
+      }
+      o->input = v;
+      break;
     case OPT_LOCAL:
       o->local = true;
       break;
     case OPT_SERVER:
-      o->server = optarg;
+      o->server = v;
       break;
-    case OPT_TIMEOUT: {
-      char *end = NULL;
-      o->timeout_s = strtod(optarg, &end);
-      if (*optarg == '\0' || *end != '\0' || !(o->timeout_s > 0 && o->timeout_s < 1e9))
-        return usage_error("--timeout: expected a positive number of seconds, got '%s'", optarg);
+    case OPT_TIMEOUT:
+      if (packctl_parse_seconds(v, &o->timeout_s) != 0) {
+        status = packctl_usage_fail(
+            "plan", "--timeout: expected a positive number of seconds, got '%s'", v);
+        goto done;
+      }
       break;
-    }
     case OPT_FORMAT:
-      if (packctl_format_parse(optarg, &o->format) != 0)
-        return usage_error("--format: unknown format '%s' (expected summary, json or svg)", optarg);
+      if (packctl_format_parse(v, &o->format) != 0) {
+        status = packctl_usage_fail(
+            "plan", "--format: unknown format '%s' (expected summary, json or svg)", v);
+        goto done;
+      }
       break;
     case OPT_OUT:
-      o->out = optarg;
+      o->out = v;
       break;
     case OPT_SAMPLE:
-      if (packctl_parse_u64(optarg, SIZE_MAX, "--sample", &o->sample, err, sizeof err) != 0)
-        return usage_error("%s", err);
-      if (o->sample == 0)
-        return usage_error("--sample: must be at least 1, got '%s'", optarg);
+      if (packctl_parse_u64(v, SIZE_MAX, "--sample", &o->sample, err, sizeof err) != 0) {
+        status = packctl_usage_fail("plan", "%s", err);
+        goto done;
+      }
+      if (o->sample == 0) {
+        status = packctl_usage_fail("plan", "--sample: must be at least 1, got '%s'", v);
+        goto done;
+      }
       o->sample_set = true;
       break;
     case OPT_GROUP_SIZE:
-      if (packctl_parse_u64(optarg, UINT32_MAX, "--group-size", &o->group_size, err, sizeof err) !=
-          0)
-        return usage_error("%s", err);
-      if (o->group_size == 0)
-        return usage_error("--group-size: must be at least 1, got '%s'", optarg);
+      if (packctl_parse_u64(v, UINT32_MAX, "--group-size", &o->group_size, err, sizeof err) != 0) {
+        status = packctl_usage_fail("plan", "%s", err);
+        goto done;
+      }
+      if (o->group_size == 0) {
+        status = packctl_usage_fail("plan", "--group-size: must be at least 1, got '%s'", v);
+        goto done;
+      }
       break;
     case OPT_REQUEST_FILE:
-      o->request_file = optarg;
+      o->request_file = v;
       break;
     case OPT_SAVE_REQUEST:
-      o->save_request = optarg;
+      o->save_request = v;
       break;
     case OPT_SAVE_RESPONSE:
-      o->save_response = optarg;
+      o->save_response = v;
       break;
     case OPT_DRY_RUN:
       o->dry_run = true;
       break;
     default:
-      if (c >= OPT_FIELD && c < OPT_FIELD + (int)N_FIELD_FLAGS) {
-        o->set_index[o->nset] = c - OPT_FIELD;
-        o->set_value[o->nset] = optarg != NULL ? optarg : "true";
-        o->nset++;
-        break;
-      }
-      return usage_error("unexpected option '%s'", argv[optind - 1]);
+      /* Only field flags are left: the table holds nothing else. */
+      o->set_index[o->nset] = c - OPT_FIELD;
+      o->set_value[o->nset] = v != NULL ? v : "true";
+      o->nset++;
+      break;
     }
   }
-  if (optind < argc)
-    o->input = argv[optind++];
-  if (optind < argc)
-    return usage_error("unexpected argument '%s' (one INPUT at most)", argv[optind]);
   if (o->input != NULL && o->request_file != NULL)
-    return usage_error("give INPUT or --request-file, not both (got '%s' and '%s')", o->input,
-                       o->request_file);
-  if (o->input == NULL && o->request_file == NULL)
-    return usage_error("missing INPUT (a lengths file, a JSON manifest or '-')");
-  if (o->local && o->server != NULL)
-    return usage_error("give --local or --server, not both");
-  if (!o->local && o->server == NULL && !o->dry_run) {
+    status =
+        packctl_usage_fail("plan", "give INPUT or --request-file, not both (got '%s' and '%s')",
+                           o->input, o->request_file);
+  else if (o->input == NULL && o->request_file == NULL)
+    status = packctl_usage_fail(
+        "plan",
+        "missing INPUT (a lengths file, a JSON manifest or '-' for stdin), or --request-file FILE");
+  else if (o->dry_run && o->format == PACKCTL_FORMAT_SVG)
+    status = packctl_usage_fail("plan", "--dry-run prints the request: --format summary or json, "
+                                        "not svg (there is no plan to draw)");
+  else if (o->local && o->server != NULL)
+    status = packctl_usage_fail("plan", "give --local or --server, not both");
+  else if (!o->local && o->server == NULL && !o->dry_run) {
     o->server = packctl_server_address(NULL);
     if (o->server == NULL)
-      return usage_error("say where to plan: --local or --server HOST:PORT (or $PACKD_TARGET)");
+      status = packctl_usage_fail("plan", "say where to plan: --local, --server HOST:PORT (or set "
+                                          "$PACKD_TARGET or $PACKD_SERVER), or --dry-run");
   }
-  return PACKCTL_EXIT_OK;
+done:
+  free(long_opts);
+  return status;
 }
 
 /* Applies the field flags in command-line order. */
 static int apply_flags(const plan_opts_t *o, Packd__V1__PlanRequest *req, char *err,
                        size_t errlen) {
   for (size_t i = 0; i < o->nset; i++) {
-    const field_flag_t *ff = &field_flags[o->set_index[i]];
-    char what[64];
-    snprintf(what, sizeof what, "--%s", ff->flag);
-    int rc = packctl_request_set(req, ff->sub, ff->field, o->set_value[i], what, err, errlen);
+    int rc = packctl_fields_set(req, (size_t)o->set_index[i], o->set_value[i], err, errlen);
     if (rc != 0)
       return rc;
   }
@@ -333,6 +279,45 @@ static int plan_local(const uint8_t *req_bytes, size_t req_len, Packd__V1__PlanR
   return 0;
 }
 
+/* Whether a --dp flag was given (with any value, 0 included). */
+static bool dp_flag_given(const plan_opts_t *o) {
+  for (size_t i = 0; i < o->nset; i++)
+    if (strcmp(packctl_field_flags[o->set_index[i]].flag, "dp") == 0)
+      return true;
+  return false;
+}
+
+/* Writes the output to --out or stdout: the plan in the chosen format, or,
+ * for --dry-run (resp NULL), the request as JSON or as a summary. Returns
+ * an exit status. */
+static int write_output(const plan_opts_t *o, const Packd__V1__PlanRequest *req,
+                        const Packd__V1__PlanResponse *resp, size_t req_len) {
+  FILE *f = stdout;
+  if (o->out != NULL) {
+    f = fopen(o->out, "w");
+    if (f == NULL) {
+      fprintf(stderr, "packctl plan: --out %s: cannot open for writing\n", o->out);
+      return PACKCTL_EXIT_USAGE;
+    }
+  }
+  int rc;
+  if (resp != NULL)
+    rc = packctl_write(f, o->format, resp, req);
+  else if (o->format == PACKCTL_FORMAT_JSON)
+    rc = packctl_write_json(f, &req->base);
+  else
+    rc = packctl_write_request_summary(f, req, req_len);
+  if (o->out != NULL && fclose(f) != 0)
+    rc = -1;
+  else if (o->out == NULL && fflush(f) != 0)
+    rc = -1;
+  if (rc != 0) {
+    fprintf(stderr, "packctl plan: writing the output failed\n");
+    return PACKCTL_EXIT_FAIL;
+  }
+  return PACKCTL_EXIT_OK;
+}
+
 static int run(const plan_opts_t *o) {
   int status = PACKCTL_EXIT_OK;
   Packd__V1__PlanRequest *req = NULL;
@@ -361,6 +346,18 @@ static int run(const plan_opts_t *o) {
     status = rc == PK_ENOMEM ? PACKCTL_EXIT_FAIL : PACKCTL_EXIT_USAGE;
     goto done;
   }
+  /* The planner would refuse dp 0 as an invalid value; a dp that nobody
+   * set is a missing flag, and the message says which. */
+  if (!o->dry_run && (req->parallel == NULL || req->parallel->dp == 0) && !dp_flag_given(o)) {
+    status = packctl_usage_fail(
+        "plan",
+        "--dp N is required: the data-parallel size (parallel.dp) is set neither by a flag "
+        "nor by %s",
+        o->request_file != NULL      ? o->request_file
+        : strcmp(o->input, "-") == 0 ? "stdin"
+                                     : o->input);
+    goto done;
+  }
   req_bytes = pack_message(&req->base, &req_len);
   if (req_bytes == NULL) {
     fprintf(stderr, "packctl plan: out of memory packing the request\n");
@@ -372,8 +369,10 @@ static int run(const plan_opts_t *o) {
     if (status != PACKCTL_EXIT_OK)
       goto done;
   }
-  if (o->dry_run)
+  if (o->dry_run) {
+    status = write_output(o, req, NULL, req_len);
     goto done;
+  }
 
   if (o->local)
     rc = plan_local(req_bytes, req_len, &resp, err, sizeof err);
@@ -397,25 +396,7 @@ static int run(const plan_opts_t *o) {
     if (status != PACKCTL_EXIT_OK)
       goto done;
   }
-
-  FILE *f = stdout;
-  if (o->out != NULL) {
-    f = fopen(o->out, "w");
-    if (f == NULL) {
-      fprintf(stderr, "packctl plan: --out %s: cannot open for writing\n", o->out);
-      status = PACKCTL_EXIT_USAGE;
-      goto done;
-    }
-  }
-  rc = packctl_write(f, o->format, resp, req);
-  if (o->out != NULL && fclose(f) != 0)
-    rc = -1;
-  else if (o->out == NULL && fflush(f) != 0)
-    rc = -1;
-  if (rc != 0) {
-    fprintf(stderr, "packctl plan: writing the output failed\n");
-    status = PACKCTL_EXIT_FAIL;
-  }
+  status = write_output(o, req, resp, req_len);
 done:
   free(req_bytes);
   if (resp != NULL)

@@ -2,13 +2,14 @@
  * library, `rank-plan` and `health`. `load` lives in packctl_load.c. */
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "packctl.h"
+#include "packctl_args.h"
+#include "packctl_fail.h"
 #include "packctl_output.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"
@@ -42,26 +43,6 @@ int packctl_parse_seconds(const char *text, double *out) {
   return 0;
 }
 
-int packctl_next_flag(int argc, char **argv, int *i, bool takes_value, char *name_buf,
-                      size_t name_len, const char **value) {
-  const char *arg = argv[*i] + 2;
-  const char *eq = strchr(arg, '=');
-  size_t n = eq ? (size_t)(eq - arg) : strlen(arg);
-  if (n >= name_len)
-    n = name_len - 1;
-  memcpy(name_buf, arg, n);
-  name_buf[n] = '\0';
-  *value = NULL;
-  if (eq != NULL) {
-    *value = eq + 1;
-  } else if (takes_value) {
-    if (*i + 1 >= argc)
-      return -1;
-    *value = argv[++*i];
-  }
-  return 0;
-}
-
 int packctl_plan_remote(const char *server, double timeout_s, const Packd__V1__PlanRequest *req,
                         Packd__V1__PlanResponse **resp, char *err, size_t errlen) {
   *resp = NULL;
@@ -86,33 +67,22 @@ int packctl_plan_remote(const char *server, double timeout_s, const Packd__V1__P
 /* rank-plan                                                                  */
 
 static void rank_plan_usage(FILE *f) {
-  fputs("usage: packctl rank-plan --server HOST:PORT --plan-id ID --rank R [OPTIONS]\n"
+  fputs("usage: packctl rank-plan [--server HOST:PORT] --plan-id ID --rank R [OPTIONS]\n"
         "\n"
         "Fetches one data-parallel rank's part of a recent plan (GetRankPlan).\n"
         "\n"
-        "  --server HOST:PORT   the packd server (default: $PACKD_TARGET)\n"
-        "  --plan-id ID         plan_id of a PlanResponse\n"
-        "  --rank R             the DP rank (0-based)\n"
+        "  --server HOST:PORT   the packd server (default: $PACKD_TARGET, else $PACKD_SERVER)\n"
+        "  --plan-id ID         plan_id of a PlanResponse (required)\n"
+        "  --rank R             the DP rank, 0-based (required)\n"
         "  --timeout SECONDS    deadline (default 30)\n"
-        "  --format FORMAT      json (default) or summary\n"
+        "  --format F           json (default) | summary\n"
+        "  -h, --help           this help\n"
         "\n"
         "exit status: 0 ok, 1 the server refused: NOT_FOUND (the plan left the cache,\n"
         "and the plan store when the server has one: plan again) or UNAVAILABLE (the\n"
         "server or its plan store cannot be reached: retry after a few seconds); the\n"
         "server's message goes to stderr. 2 bad flags.\n",
         f);
-}
-
-static int usage_err(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-
-static int usage_err(const char *cmd, const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "packctl %s: ", cmd);
-  vfprintf(stderr, fmt, ap);
-  fprintf(stderr, "\nRun 'packctl %s --help' for the options.\n", cmd);
-  va_end(ap);
-  return PACKCTL_EXIT_USAGE;
 }
 
 static void write_rank_summary(FILE *f, const Packd__V1__RankPlan *rk) {
@@ -139,43 +109,62 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
   int have_rank = 0;
   double timeout_s = 30.0;
   char err[512];
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+  enum { OPT_SERVER = 256, OPT_PLAN_ID, OPT_RANK, OPT_TIMEOUT, OPT_FORMAT };
+  static const struct option long_opts[] = {
+      {"server", required_argument, NULL, OPT_SERVER},
+      {"plan-id", required_argument, NULL, OPT_PLAN_ID},
+      {"rank", required_argument, NULL, OPT_RANK},
+      {"timeout", required_argument, NULL, OPT_TIMEOUT},
+      {"format", required_argument, NULL, OPT_FORMAT},
+      {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
+      {NULL, 0, NULL, 0},
+  };
+  packctl_args_t args;
+  packctl_args_init(&args, cmd, argc, argv, long_opts);
+  for (;;) {
+    const char *v = NULL;
+    int c = packctl_args_next(&args, &v);
+    if (c == PACKCTL_ARGS_END)
+      break;
+    switch (c) {
+    case PACKCTL_ARGS_ERROR:
+      return PACKCTL_EXIT_USAGE;
+    case PACKCTL_ARGS_HELP:
       rank_plan_usage(stdout);
       return PACKCTL_EXIT_OK;
-    }
-    if (strncmp(argv[i], "--", 2) != 0)
-      return usage_err(cmd, "unexpected argument '%s'", argv[i]);
-    char name[64];
-    const char *v;
-    if (packctl_next_flag(argc, argv, &i, true, name, sizeof name, &v) != 0)
-      return usage_err(cmd, "--%s needs a value", name);
-    if (strcmp(name, "server") == 0) {
+    case PACKCTL_ARGS_POSITIONAL:
+      return packctl_usage_fail(cmd, "unexpected argument '%s' (rank-plan takes only options)", v);
+    case OPT_SERVER:
       server = v;
-    } else if (strcmp(name, "plan-id") == 0) {
+      break;
+    case OPT_PLAN_ID:
       plan_id = v;
-    } else if (strcmp(name, "rank") == 0) {
+      break;
+    case OPT_RANK:
       if (packctl_parse_u64(v, UINT32_MAX, "--rank", &rank, err, sizeof err) != 0)
-        return usage_err(cmd, "%s", err);
+        return packctl_usage_fail(cmd, "%s", err);
       have_rank = 1;
-    } else if (strcmp(name, "timeout") == 0) {
+      break;
+    case OPT_TIMEOUT:
       if (packctl_parse_seconds(v, &timeout_s) != 0)
-        return usage_err(cmd, "--timeout: expected a positive number of seconds, got '%s'", v);
-    } else if (strcmp(name, "format") == 0) {
+        return packctl_usage_fail(cmd, "--timeout: expected a positive number of seconds, got '%s'",
+                                  v);
+      break;
+    case OPT_FORMAT:
       if (strcmp(v, "json") != 0 && strcmp(v, "summary") != 0)
-        return usage_err(cmd, "--format: expected json or summary, got '%s'", v);
+        return packctl_usage_fail(cmd, "--format: expected json or summary, got '%s'", v);
       format = v;
-    } else {
-      return usage_err(cmd, "unknown option '--%s'", name);
+      break;
     }
   }
   server = packctl_server_address(server);
   if (server == NULL)
-    return usage_err(cmd, "missing --server HOST:PORT (or $PACKD_TARGET)");
+    return packctl_usage_fail(cmd,
+                              "missing --server HOST:PORT (or set $PACKD_TARGET or $PACKD_SERVER)");
   if (plan_id == NULL || plan_id[0] == '\0')
-    return usage_err(cmd, "missing --plan-id ID");
+    return packctl_usage_fail(cmd, "missing --plan-id ID (the planId of a plan's JSON)");
   if (!have_rank)
-    return usage_err(cmd, "missing --rank R");
+    return packctl_usage_fail(cmd, "missing --rank R (the DP rank, 0-based)");
 
   pk_client_options_t opts;
   pk_client_options_default(&opts);
@@ -213,13 +202,16 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
 /* health                                                                     */
 
 static void health_usage(FILE *f) {
-  fputs("usage: packctl health --server HOST:PORT [--service NAME] [--timeout SECONDS]\n"
+  fputs("usage: packctl health [--server HOST:PORT] [--service NAME] [--timeout SECONDS]\n"
+        "                      [--wait SECONDS]\n"
         "\n"
         "Calls grpc.health.v1.Health/Check and prints SERVING or NOT_SERVING.\n"
+        "  --server HOST:PORT  the packd server (default: $PACKD_TARGET, else $PACKD_SERVER)\n"
         "  --service NAME      \"\" (default: the whole server) or packd.v1.Planner\n"
-        "  --timeout SECONDS   deadline (default 5)\n"
+        "  --timeout SECONDS   deadline of each check (default 5)\n"
         "  --wait SECONDS      keep asking until SERVING or this much time passed\n"
-        "                      (for scripts that just started the server)\n"
+        "                      (default 0: ask once; for scripts that just started the server)\n"
+        "  -h, --help          this help\n"
         "\n"
         "exit status: 0 only when SERVING; 1 NOT_SERVING, unreachable or refused;\n"
         "2 bad flags.\n",
@@ -230,34 +222,52 @@ int packctl_cmd_health(int argc, char **argv) {
   const char *cmd = "health";
   const char *server = NULL, *service = "";
   double timeout_s = 5.0, wait_s = 0.0;
-  for (int i = 1; i < argc; i++) {
-    if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+  enum { OPT_SERVER = 256, OPT_SERVICE, OPT_TIMEOUT, OPT_WAIT };
+  static const struct option long_opts[] = {
+      {"server", required_argument, NULL, OPT_SERVER},
+      {"service", required_argument, NULL, OPT_SERVICE},
+      {"timeout", required_argument, NULL, OPT_TIMEOUT},
+      {"wait", required_argument, NULL, OPT_WAIT},
+      {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
+      {NULL, 0, NULL, 0},
+  };
+  packctl_args_t args;
+  packctl_args_init(&args, cmd, argc, argv, long_opts);
+  for (;;) {
+    const char *v = NULL;
+    int c = packctl_args_next(&args, &v);
+    if (c == PACKCTL_ARGS_END)
+      break;
+    switch (c) {
+    case PACKCTL_ARGS_ERROR:
+      return PACKCTL_EXIT_USAGE;
+    case PACKCTL_ARGS_HELP:
       health_usage(stdout);
       return PACKCTL_EXIT_OK;
-    }
-    if (strncmp(argv[i], "--", 2) != 0)
-      return usage_err(cmd, "unexpected argument '%s'", argv[i]);
-    char name[64];
-    const char *v;
-    if (packctl_next_flag(argc, argv, &i, true, name, sizeof name, &v) != 0)
-      return usage_err(cmd, "--%s needs a value", name);
-    if (strcmp(name, "server") == 0)
+    case PACKCTL_ARGS_POSITIONAL:
+      return packctl_usage_fail(cmd, "unexpected argument '%s' (health takes only options)", v);
+    case OPT_SERVER:
       server = v;
-    else if (strcmp(name, "service") == 0)
+      break;
+    case OPT_SERVICE:
       service = v;
-    else if (strcmp(name, "timeout") == 0) {
+      break;
+    case OPT_TIMEOUT:
       if (packctl_parse_seconds(v, &timeout_s) != 0)
-        return usage_err(cmd, "--timeout: expected a positive number of seconds, got '%s'", v);
-    } else if (strcmp(name, "wait") == 0) {
+        return packctl_usage_fail(cmd, "--timeout: expected a positive number of seconds, got '%s'",
+                                  v);
+      break;
+    case OPT_WAIT:
       if (packctl_parse_seconds(v, &wait_s) != 0)
-        return usage_err(cmd, "--wait: expected a positive number of seconds, got '%s'", v);
-    } else {
-      return usage_err(cmd, "unknown option '--%s'", name);
+        return packctl_usage_fail(cmd, "--wait: expected a positive number of seconds, got '%s'",
+                                  v);
+      break;
     }
   }
   server = packctl_server_address(server);
   if (server == NULL)
-    return usage_err(cmd, "missing --server HOST:PORT (or $PACKD_TARGET)");
+    return packctl_usage_fail(cmd,
+                              "missing --server HOST:PORT (or set $PACKD_TARGET or $PACKD_SERVER)");
   pk_client_options_t opts;
   pk_client_options_default(&opts);
   opts.timeout_s = timeout_s;

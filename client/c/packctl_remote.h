@@ -1,6 +1,6 @@
 /* packctl remote mode: helpers shared by packctl_remote.c (plan --server,
- * rank-plan, health) and packctl_load.c (load). Owned by the client library
- * engineer; packctl.h declares the entry points.
+ * rank-plan, health) and packctl_load.c (load). packctl.h declares the entry
+ * points.
  *
  * Nothing here allocates memory for the caller. */
 #ifndef PACKCTL_REMOTE_H
@@ -16,12 +16,5 @@ const char *packctl_server_address(const char *flag);
 
 /* Parses a positive number of seconds (below 1e9). Returns 0 or -1. */
 int packctl_parse_seconds(const char *text, double *out);
-
-/* Splits "--name=value" / "--name value" at argv[*i]: *name gets the name
- * without dashes (copied into name_buf), *value the value or NULL when the
- * flag has no "=" and `takes_value` is false. Advances *i past a consumed
- * value. Returns 0, or -1 when a value is needed and missing. */
-int packctl_next_flag(int argc, char **argv, int *i, bool takes_value, char *name_buf,
-                      size_t name_len, const char **value);
 
 #endif

@@ -3,6 +3,7 @@
  * and sampling. */
 #include "packctl_request.h"
 #include "packctl_fail.h"
+#include "packctl_suggest.h"
 
 #include <errno.h>
 #include <math.h>
@@ -122,18 +123,28 @@ static int parse_enum(const ProtobufCEnumDescriptor *d, const char *text, const 
     *out = (int)num;
     return 0;
   }
-  /* List the accepted short names in the message. */
+  /* List the accepted short names in the message, and the nearest of them
+   * to a misspelt one. */
   char list[256] = "";
   size_t used = 0;
+  const char *names[64];
+  size_t n = 0;
   for (unsigned i = 0; i < d->n_values && used < sizeof list; i++) {
     const char *s = name != NULL ? name((uint32_t)d->values[i].value) : NULL;
     if (s == NULL)
       s = d->values[i].name;
+    if (n < sizeof names / sizeof names[0])
+      names[n++] = s;
     int w = snprintf(list + used, sizeof list - used, "%s%s", i == 0 ? "" : ", ", s);
     if (w < 0)
       break;
     used += (size_t)w;
   }
+  const char *near = packctl_nearest(text, names, n);
+  if (near != NULL)
+    return packctl_fail(err, errlen, PK_EINVAL,
+                        "%s: unknown value '%s'; did you mean '%s'? (expected one of: %s)", what,
+                        text, near, list);
   return packctl_fail(err, errlen, PK_EINVAL, "%s: unknown value '%s' (expected one of: %s)", what,
                       text, list);
 }

@@ -32,19 +32,32 @@ const char *pk_client_status_name(int code) {
   return pk_grpc_status_name(code);
 }
 
+/* The table of grpc_status_names.h must be gRPC's own numbering. */
+_Static_assert(PK_GRPC_CANCELLED == (int)GRPC_STATUS_CANCELLED, "gRPC status numbering");
+_Static_assert(PK_GRPC_INVALID_ARGUMENT == (int)GRPC_STATUS_INVALID_ARGUMENT,
+               "gRPC status numbering");
+_Static_assert(PK_GRPC_NOT_FOUND == (int)GRPC_STATUS_NOT_FOUND, "gRPC status numbering");
+_Static_assert(PK_GRPC_RESOURCE_EXHAUSTED == (int)GRPC_STATUS_RESOURCE_EXHAUSTED,
+               "gRPC status numbering");
+_Static_assert(PK_GRPC_FAILED_PRECONDITION == (int)GRPC_STATUS_FAILED_PRECONDITION,
+               "gRPC status numbering");
+_Static_assert(PK_GRPC_UNAVAILABLE == (int)GRPC_STATUS_UNAVAILABLE, "gRPC status numbering");
+_Static_assert(PK_GRPC_UNAUTHENTICATED == (int)GRPC_STATUS_UNAUTHENTICATED,
+               "gRPC status numbering");
+
 int pk_client_error_from_status(int code) {
   switch (code) {
-  case GRPC_STATUS_OK:
+  case PK_GRPC_OK:
     return PK_OK;
-  case GRPC_STATUS_INVALID_ARGUMENT:
+  case PK_GRPC_INVALID_ARGUMENT:
     return PK_EINVAL;
-  case GRPC_STATUS_FAILED_PRECONDITION:
+  case PK_GRPC_FAILED_PRECONDITION:
     return PK_EPRECOND;
-  case GRPC_STATUS_RESOURCE_EXHAUSTED:
+  case PK_GRPC_RESOURCE_EXHAUSTED:
     return PK_ENOMEM;
-  case GRPC_STATUS_NOT_FOUND:
+  case PK_GRPC_NOT_FOUND:
     return PK_ENOTFOUND;
-  case GRPC_STATUS_CANCELLED:
+  case PK_GRPC_CANCELLED:
     return PK_ECANCELED;
   default:
     return PK_EINTERNAL;

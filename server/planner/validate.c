@@ -345,15 +345,26 @@ int pk_validate(const pk_request_t *req, pk_cfg_t *cfg, char *err, size_t errlen
   if (b->max_tokens != 0) {
     for (size_t i = 0; i < req->n; i++) {
       uint64_t s = pk_item_size(cfg, req->lengths[i]);
-      if (s > cfg->cap)
+      if (s <= cfg->cap)
+        continue;
+      /* PADDED rounds a row to lcm(round, alignment): the message names the
+       * round, which is what a user set, not only the alignment. */
+      if (cfg->mode == PK_MODE_PADDED && cfg->round > 1)
         return pk_fail(err, errlen, PK_EPRECOND,
-                       "lengths[%zu]: %" PRIu32 " tokens (%" PRIu64 " after alignment to %" PRIu64
+                       "lengths[%zu]: %" PRIu32 " tokens (a row of %" PRIu64
+                       " after rounding up to batching.round %" PRIu32 " with alignment %" PRIu32
                        ") cannot fit alone under batching.max_tokens %" PRIu64
                        " per CP rank x cp %" PRIu32 " (usable %" PRIu64 ")",
-                       i, req->lengths[i], s,
-                       cfg->mode == PK_MODE_PADDED ? pk_lcm(cfg->round, cfg->align)
-                                                   : (uint64_t)cfg->align,
-                       b->max_tokens, cfg->cp, cfg->cap);
+                       i, req->lengths[i], s, cfg->round, cfg->align, b->max_tokens, cfg->cp,
+                       cfg->cap);
+      return pk_fail(err, errlen, PK_EPRECOND,
+                     "lengths[%zu]: %" PRIu32 " tokens (%" PRIu64 " after alignment to %" PRIu64
+                     ") cannot fit alone under batching.max_tokens %" PRIu64
+                     " per CP rank x cp %" PRIu32 " (usable %" PRIu64 ")",
+                     i, req->lengths[i], s,
+                     cfg->mode == PK_MODE_PADDED ? pk_lcm(cfg->round, cfg->align)
+                                                 : (uint64_t)cfg->align,
+                     b->max_tokens, cfg->cp, cfg->cap);
     }
   }
   return 0;

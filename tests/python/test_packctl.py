@@ -400,8 +400,11 @@ def test_input_errors_exit_2(tmp_path):
 
 
 def test_planner_errors_exit_1(lengths_file):
+    # No --dp at all is a missing flag (exit 2); --dp 0 is the planner's refusal.
     res = run_packctl("plan", "--local", lengths_file)
-    assert res.returncode == 1 and b"parallel.dp" in res.stderr
+    assert res.returncode == 2 and b"--dp N is required" in res.stderr
+    res = run_packctl("plan", "--local", lengths_file, "--dp", 0)
+    assert res.returncode == 1 and b"parallel.dp: 0 (must be >= 1)" in res.stderr
     res = run_packctl("plan", "--local", lengths_file, "--dp", 1, "--max-tokens", 500)
     assert res.returncode == 1 and b"lengths[1]" in res.stderr
     res = run_packctl("plan", "--local", lengths_file, "--dp", 1, "--mode", "wide")

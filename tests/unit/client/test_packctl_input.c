@@ -91,12 +91,34 @@ static void test_errors_name_the_place(void **state) {
   packd__v1__plan_request__free_unpacked(req, NULL);
 }
 
+/* A misspelt manifest key names the source, the field path and the field
+ * meant, spelt as the key was; a key far from every field gets no guess. */
+static void test_manifest_suggests_the_field(void **state) {
+  (void)state;
+  Packd__V1__PlanRequest *req;
+  char err[256];
+  assert_int_equal(
+      parse("{\"lengths\": [1], \"batching\": {\"miniBaches\": 2}}", &req, err, sizeof err),
+      PK_EINVAL);
+  assert_string_equal(err, "mem: unknown field 'batching.miniBaches'; did you mean "
+                           "'batching.miniBatches'?");
+  packd__v1__plan_request__free_unpacked(req, NULL);
+  assert_int_equal(parse("{\"lengths\": [1], \"lenghts\": [2]}", &req, err, sizeof err), PK_EINVAL);
+  assert_string_equal(err, "mem: unknown field 'lenghts'; did you mean 'lengths'?");
+  packd__v1__plan_request__free_unpacked(req, NULL);
+  assert_int_equal(
+      parse("{\"lengths\": [1], \"layout\": {\"qqqqqqqq\": 1}}", &req, err, sizeof err), PK_EINVAL);
+  assert_string_equal(err, "mem: unknown field 'layout.qqqqqqqq'");
+  packd__v1__plan_request__free_unpacked(req, NULL);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lengths_without_nul),
       cmocka_unit_test(test_manifest_after_blanks),
       cmocka_unit_test(test_empty_and_blank),
       cmocka_unit_test(test_errors_name_the_place),
+      cmocka_unit_test(test_manifest_suggests_the_field),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,0 +1,80 @@
+/* pk_plan_bytes: the whole planning pipeline on bytes, the entry point of
+ * libpackd.so (the embedded Python mode), of `packctl plan --local` and of
+ * the plan-bytes fuzz target.
+ *
+ * It joins the codec and the planner: request bytes are decoded by the
+ * codec, planned by the planner under the server's default limits, encoded
+ * by the codec and packed. It lives apart from codec.c so that the codec
+ * only translates between messages and planner types and never plans; the
+ * server's handler (handlers.c) runs the same steps with its own limits,
+ * cache and store.
+ *
+ * Memory: the returned buffer is the only thing that outlives a call; the
+ * decoded request, the plan and the response message are freed on every
+ * path through the one exit label. */
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "codec.h"
+
+/* Jumps to the one exit label with rc set when cond is false. */
+#define PLAN_BYTES_CHECK(cond, code)                                                               \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      rc = (code);                                                                                 \
+      goto done;                                                                                   \
+    }                                                                                              \
+  } while (0)
+
+/* Writes a message into err when there is room. */
+static void plan_bytes_msg(char *err, size_t errlen, const char *msg) {
+  if (err != NULL && errlen > 0)
+    snprintf(err, errlen, "%s", msg);
+}
+
+int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *resp_len, char *err,
+                  size_t errlen) {
+  int rc = PK_OK;
+  Packd__V1__PlanRequest *msg = NULL;
+  Packd__V1__PlanResponse *out = NULL;
+  pk_plan_t *plan = NULL;
+  pk_request_t r;
+  char id[33];
+  *resp = NULL;
+  *resp_len = 0;
+  if (err != NULL && errlen > 0)
+    err[0] = '\0';
+
+  rc = pk_codec_decode_request(req, req_len, &msg, &r, err, errlen);
+  PLAN_BYTES_CHECK(rc == PK_OK, rc);
+  pk_codec_plan_id(msg, id, sizeof id);
+  /* The server's default limits: the embedded mode refuses what it would. */
+  const pk_limits_t limits = {.max_sequences = PK_DEFAULT_MAX_SEQUENCES,
+                              .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES};
+  rc = pk_plan_limited(&r, &limits, &plan, err, errlen);
+  PLAN_BYTES_CHECK(rc == PK_OK, rc);
+  rc = pk_codec_encode_plan(plan, id, &out);
+  if (rc != PK_OK)
+    plan_bytes_msg(err, errlen, "response: out of memory while encoding the plan");
+  PLAN_BYTES_CHECK(rc == PK_OK, rc);
+
+  size_t size = packd__v1__plan_response__get_packed_size(out);
+  uint8_t *buf = malloc(size == 0 ? 1 : size);
+  if (buf == NULL)
+    plan_bytes_msg(err, errlen, "response: out of memory for the packed PlanResponse");
+  PLAN_BYTES_CHECK(buf != NULL, PK_ENOMEM);
+  size_t written = packd__v1__plan_response__pack(out, buf);
+  if (written != size) {
+    free(buf);
+    plan_bytes_msg(err, errlen, "response: packed size differs from the computed size");
+    PLAN_BYTES_CHECK(false, PK_EINTERNAL);
+  }
+  *resp = buf;
+  *resp_len = size;
+done:
+  pk_codec_free_response(out);
+  pk_plan_free(plan);
+  pk_codec_free_request(msg);
+  return rc;
+}
