@@ -90,8 +90,21 @@ static void test_estimate_covers_real_size(void **state) {
   free(lengths);
 }
 
+/* A stop callback that answers "stop" from its `at`-th call on. */
+typedef struct stop_counter {
+  uint64_t calls;
+  uint64_t at;
+} stop_counter_t;
+
+static int stop_at(void *arg) {
+  stop_counter_t *c = arg;
+  return ++c->calls >= c->at;
+}
+
 /* 16 Mi sequences: refused on max_sequences, and with that limit off on the
- * size estimate, in well under a second and without planning. */
+ * size estimate, without planning: the planner's stop callback, polled from
+ * the first mini-batch on, is never reached. (How fast the refusal is, is
+ * measured by bench/limits/refuse_16m.py, not asserted here.) */
 static void test_16m_refused_early(void **state) {
   (void)state;
   const size_t n = 16u << 20;
@@ -103,8 +116,11 @@ static void test_16m_refused_early(void **state) {
   pk_request_t req = {.lengths = lengths, .n = n};
   req.parallel.dp = 64;
   req.batching.max_tokens = 16384;
+  stop_counter_t never = {0, UINT64_MAX};
   pk_limits_t lim = {.max_sequences = PK_DEFAULT_MAX_SEQUENCES,
-                     .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES};
+                     .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES,
+                     .should_stop = stop_at,
+                     .stop_arg = &never};
   pk_plan_t *plan = (pk_plan_t *)0x1;
   char err[512] = "";
   double t0 = now_s();
@@ -123,8 +139,7 @@ static void test_16m_refused_early(void **state) {
     fail_msg("message \"%s\"", err);
   print_message("refused in %.3f s (max_sequences) and %.3f s (estimate): %s\n", t1 - t0, t2 - t1,
                 err);
-  assert_true(t1 - t0 < 1.0);
-  assert_true(t2 - t1 < 3.0);
+  assert_int_equal(never.calls, 0);
   free(lengths);
 }
 
@@ -155,17 +170,6 @@ static void test_limits_boundary(void **state) {
   req.parallel.dp = 0;
   assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), PK_EINVAL);
   assert_int_equal(pk_plan_size_estimate(&req), 0);
-}
-
-/* A stop callback that answers "stop" from its `at`-th call on. */
-typedef struct stop_counter {
-  uint64_t calls;
-  uint64_t at;
-} stop_counter_t;
-
-static int stop_at(void *arg) {
-  stop_counter_t *c = arg;
-  return ++c->calls >= c->at;
 }
 
 /* Stopping at every poll the planner makes (the first 300, then a sample)
