@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._arrays import is_torch
+from ._arrays import integer_error, is_torch
 
 _default_client = None
 
@@ -109,7 +109,7 @@ def lengths_of(x, name: str = "batch") -> np.ndarray:
     if a.ndim == 1:
         if a.size and not np.issubdtype(a.dtype, np.integer):
             if not (np.issubdtype(a.dtype, np.floating) and np.all(np.mod(a, 1) == 0)):
-                raise ValueError(f"{name}: lengths must be integers, got dtype {a.dtype}")
+                raise ValueError(integer_error(name, x, a))
         return a.astype(np.int64)
     raise ValueError(f"{name}: expected an attention mask [B, S] or lengths [B], got shape {a.shape}")
 
@@ -193,6 +193,14 @@ def _verl_index_select():
     return getattr(mod, "index_select_tensor_dict", None) if mod is not None else None
 
 
+def _is_number(v) -> bool:
+    try:
+        float(v)
+        return not isinstance(v, (str, bytes))
+    except (TypeError, ValueError):
+        return False
+
+
 def host_values(values, name: str) -> np.ndarray:
     """A 1-D float64 host copy of numbers given as a list, array or tensor
     on any device; ValueError naming the first negative or non-finite one."""
@@ -202,7 +210,8 @@ def host_values(values, name: str) -> np.ndarray:
     try:
         a = a.astype(np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected numbers, got dtype {a.dtype}") from None
+        i = next((i for i, v in enumerate(a.tolist()) if not _is_number(v)), 0)
+        raise ValueError(f"{name}[{i}]: expected a number, got {a.tolist()[i]!r} (dtype {a.dtype})") from None
     bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
     if bad.size:
         i = int(bad[0])
