@@ -204,6 +204,7 @@ _NORMALISE = (
     (re.compile(r'("planTimeUs":\s*)"\d+"'), r'\1"<T>"'),
     (re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?Z"), "<TIME>"),
     (re.compile(r"\b\d+(\.\d+)? ?ms\b"), "<MS>"),
+    (re.compile(r"\b\d+\.\d+ s\b"), "<S> s"),
 )
 
 
