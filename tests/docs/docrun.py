@@ -17,7 +17,8 @@ The conventions (also in tests/docs/README.md):
   changes how it is run: ``skip reason=TEXT`` (not run; the reason is
   printed), ``server`` (a real packd server runs for the block),
   ``output`` (this block is the expected output of the block before it),
-  ``timeout=SECONDS``. ``<!-- doc: picture FILE -->`` before a paragraph
+  ``timeout=SECONDS``, ``before COMMAND`` (a shell command run first, for
+  inputs the document describes in words, e.g. a file of timings). ``<!-- doc: picture FILE -->`` before a paragraph
   runs the ``packctl ...`` command written in that paragraph's code span
   and compares the FILE it writes with the committed one.
 
@@ -95,6 +96,9 @@ def parse_marker(text: str) -> dict:
     """``skip reason=needs a GPU`` -> {"skip": True, "reason": "needs a GPU"};
     ``reason=`` takes the rest of the comment."""
     out: dict = {}
+    m = re.match(r"before\s+(.*)$", text)
+    if m:
+        return {"before": m.group(1).strip()}
     reason = None
     m = re.search(r"\breason=(.*)$", text)
     if m:
@@ -353,6 +357,12 @@ class Runner:
                 started = time.monotonic()
                 if b.markers.get("server"):
                     self.server = self._start_server()
+                if b.markers.get("before"):
+                    rc, out = self._sh(self._addresses(b.markers["before"]), timeout)
+                    if rc != 0:
+                        results.append(Result(b, "failed", f"{b.where()}: its 'before' command exited {rc}\n{out}"))
+                        self.log(f"FAILED {b.where()} (before)")
+                        continue
                 try:
                     r, printed = self._run_block(b, timeout, last_output)
                 finally:

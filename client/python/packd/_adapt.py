@@ -165,14 +165,40 @@ def select_value(v, idx: np.ndarray):
         return v[idx]
 
 
-def select_rows(batch, idx):
-    """Rows idx of a batch, keeping its kind: a plain dict gives a dict, a
+def _per_row(v, rows) -> bool:
+    """Whether a dict entry holds one item per row of the batch (and so is
+    selected), rather than a value shared by all rows (a scalar, a string,
+    a dict of settings), which every selection keeps as it is. With
+    ``rows`` None every sized entry counts as per-row."""
+    if isinstance(v, (str, bytes)) or (isinstance(v, Mapping) and _holder(v) is None):
+        return False
+    shape = getattr(v, "shape", None)
+    if shape is not None:
+        n = int(shape[0]) if len(shape) else None
+    elif hasattr(v, "__len__"):
+        n = len(v)
+    else:
+        return False
+    return n is not None and (rows is None or n == rows)
+
+
+def select_rows(batch, idx, rows=None):
+    """Rows idx of a batch, keeping its kind: a dict (or any other mapping
+    that is not a TensorDict) gives a mapping of the same type whose
+    per-row entries are selected and whose other entries (scalars,
+    strings, entries of another length than ``rows``) are kept; a
     TensorDict a TensorDict (verl's own selection helper when verl is
     loaded, since it knows every kind of entry verl stores), a tensor or
     array the same."""
     idx = np.asarray(idx, dtype=np.int64)
-    if type(batch) is dict:
-        return {k: select_value(v, idx) for k, v in batch.items()}
+    if isinstance(batch, Mapping) and type(batch).__name__ != "TensorDict":
+        out = {k: (select_value(v, idx) if _per_row(v, rows) else v) for k, v in batch.items()}
+        if type(batch) is dict:
+            return out
+        try:
+            return type(batch)(out)
+        except TypeError:  # A mapping type that cannot be built from a dict.
+            return out
     if _holder(batch) is batch and not is_torch(batch):
         helper = _verl_index_select()
         if helper is not None and type(batch).__name__ == "TensorDict":
