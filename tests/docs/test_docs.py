@@ -33,7 +33,8 @@ def test_document_runs_and_shows_what_it_prints(document):
     failed = [r for r in results if r.status == "failed"]
     ran = [r for r in results if r.status == "ok"]
     print("\n".join(lines))
-    assert not failed, "\n\n".join(r.message for r in failed)
+    if failed:
+        pytest.fail("\n\n".join(r.message for r in failed), pytrace=False)
     assert ran or document.endswith("README.md"), f"{document}: no block ran"
 
 
