@@ -236,8 +236,11 @@ def host_values(values, name: str) -> np.ndarray:
     try:
         a = a.astype(np.float64)
     except (TypeError, ValueError):
-        i = next((i for i, v in enumerate(a.tolist()) if not _is_number(v)), 0)
-        raise ValueError(f"{name}[{i}]: expected a number, got {a.tolist()[i]!r} (dtype {a.dtype})") from None
+        # numpy turned a list with one string into strings throughout: look
+        # at the list itself for the entry that is not a number.
+        items = list(values) if isinstance(values, (list, tuple)) else a.tolist()
+        i = next((i for i, v in enumerate(items) if not _is_number(v)), 0)
+        raise ValueError(f"{name}[{i}]: expected a number, got {items[i]!r} (dtype {a.dtype})") from None
     bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
     if bad.size:
         i = int(bad[0])
