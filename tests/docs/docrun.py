@@ -252,7 +252,7 @@ class Runner:
 
     def __init__(self, rel: str, build: Path, log=print):
         self.rel = rel
-        self.path = REPO / rel
+        self.path = Path(rel) if os.path.isabs(rel) else REPO / rel
         self.build = Path(build).resolve()
         self.log = log
         self.tmp = None
@@ -430,9 +430,14 @@ class Runner:
         problems, body, changed = [], [], False
         for cmd, shown_lines in transcript_steps(b.text):
             try:
-                _, got = self._sh_plain(self._addresses(cmd), timeout)
+                rc, got = self._sh_plain(self._addresses(cmd), timeout)
             except subprocess.TimeoutExpired:
                 return Result(b, "failed", f"{b.where()}: `{cmd}` timed out after {timeout:.0f} s")
+            if rc != 0:
+                # A command the document expects to fail shows its status
+                # with `; echo "exit $?"`; any other failure is a broken
+                # example, which make-docs must not write into the document.
+                return Result(b, "failed", f"{b.where()}: `{cmd}` exited {rc}:\n{got}")
             shown = "\n".join(shown_lines)
             n_shown = normalise(shown, self.tmp, self._shown_ports())
             n_got = normalise(got, self.tmp, self._shown_ports())
@@ -498,7 +503,7 @@ class Runner:
 def write_back(rel: str, results: list[Result]) -> list[str]:
     """Puts the new outputs of failed comparisons into the document and
     the new pictures into the repository. Returns what changed."""
-    path = REPO / rel
+    path = Path(rel) if os.path.isabs(rel) else REPO / rel
     lines = path.read_text().split("\n")
     changed = []
     # Bottom-up, so earlier line numbers stay valid.
