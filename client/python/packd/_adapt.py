@@ -172,6 +172,8 @@ def _per_row(v, rows) -> bool:
     ``rows`` None every sized entry counts as per-row."""
     if isinstance(v, (str, bytes)) or (isinstance(v, Mapping) and _holder(v) is None):
         return False
+    if _is_nested(v):  # One component per row; a nested tensor has no sizes.
+        return rows is None or len(v.unbind()) == rows
     shape = getattr(v, "shape", None)
     if shape is not None:
         n = int(shape[0]) if len(shape) else None
