@@ -23,7 +23,8 @@ The cases are the real traces of bench/workloads/ (sampled with fixed
 seeds, the Wikipedia lengths truncated to the cap as a pretraining packer
 does) and synthetic RL rollouts (prompts uniform in [64, 1024], responses
 log-normal around 1500 tokens, at most 16384 tokens a sequence, fixed seeds, GRPO groups of
-8 where asked), in PACKED and PADDED mode, several DP sizes, CP, token caps,
+8 where asked), and the examples of docs/packctl.md and README.md as
+packctl builds them, in PACKED and PADDED mode, several DP sizes, CP, token caps,
 ``max_seqs`` and mini-batch counts. Each case is deterministic: the same
 build plans it to the same plan id.
 
@@ -120,7 +121,35 @@ def cases() -> list[dict]:
     for seed in (1, 2, 3):
         for cname, n, kw in rollout_configs:
             out.append(dict(name=f"rollout{seed}-{cname}", source=dict(rollout=n, seed=seed), plan=kw))
+    # The examples of docs/packctl.md, built by packctl itself (its --sample
+    # draws another sample than trace_sample does), so that the documented
+    # plans cannot get worse unnoticed either.
+    docs_examples = [
+        ("packctl-doc-packed-dp8-16k", "--dp 8 --max-tokens 16384 --sample 512 --seed 1"),
+        ("packctl-doc-padded-dp8-16k-r64-mb2",
+         "--dp 8 --max-tokens 16384 --mode padded --round 64 --mini-batches 2 --sample 512 --seed 1"),
+        ("packctl-readme-packed-dp8-cp2-16k", "--sample 4096 --seed 1 --dp 8 --cp 2 --max-tokens 16384"),
+    ]
+    for cname, flags in docs_examples:
+        out.append(dict(name=cname, source=dict(packctl=flags.split() + ["bench/workloads/azure_conv_2023.txt"]), plan={}))
     return out
+
+
+def packctl_request(args: list):
+    """The PlanRequest ``packctl plan --dry-run ARGS`` builds."""
+    import subprocess
+    import tempfile
+
+    packctl = Path(os.environ["PACKD_BUILD_DIR"]) / "client" / "c" / "packctl"
+    with tempfile.TemporaryDirectory() as tmp:
+        req = Path(tmp) / "req.bin"
+        res = subprocess.run([str(packctl), "plan", "--dry-run", "--save-request", str(req), *args],
+                             cwd=REPO, capture_output=True, text=True)
+        if res.returncode != 0:
+            raise RuntimeError(f"packctl plan --dry-run {' '.join(args)}: {res.stderr.strip()}")
+        from packd import _stubs
+
+        return _stubs.pb2().PlanRequest.FromString(req.read_bytes())
 
 
 def inputs(case: dict):
@@ -136,8 +165,11 @@ def inputs(case: dict):
 
 
 def plan_case(client, case: dict) -> dict:
-    lengths, loss, groups, kw = inputs(case)
-    plan = client.plan(lengths, loss_tokens=loss, groups=groups, **kw)
+    if "packctl" in case["source"]:
+        plan = client.plan_request(packctl_request(case["source"]["packctl"]))
+    else:
+        lengths, loss, groups, kw = inputs(case)
+        plan = client.plan(lengths, loss_tokens=loss, groups=groups, **kw)
     s = plan.stats
     return dict(
         step_cost=s.step_cost,
