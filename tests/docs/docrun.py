@@ -44,7 +44,6 @@ import difflib
 import io
 import os
 import re
-import shlex
 import shutil
 import subprocess
 import sys
@@ -500,6 +499,13 @@ class Runner:
         )
 
 
+def discard(results: list[Result]) -> None:
+    """Removes the new pictures a check made and did not write back."""
+    for r in results:
+        if r.picture is not None and r.picture[1].exists():
+            r.picture[1].unlink()
+
+
 def write_back(rel: str, results: list[Result]) -> list[str]:
     """Puts the new outputs of failed comparisons into the document and
     the new pictures into the repository. Returns what changed."""
@@ -544,6 +550,8 @@ def main(argv: list[str]) -> int:
             for what in write_back(rel, results):
                 print(f"refreshed {what}")
             bad = [r for r in bad if r.new_text is None and r.picture is None]
+        else:
+            discard(results)
         for r in bad:
             print(r.message, file=sys.stderr)
         failed += len(bad)

@@ -17,7 +17,6 @@ and the document's own text:
 
 import collections
 import inspect
-import json
 import os
 import re
 import shutil
