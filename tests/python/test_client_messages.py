@@ -94,3 +94,21 @@ def test_gpu_plan_data_messages():
     with pytest.raises(ValueError) as err:
         gpu.pack(x, None, [2, 2], [0, 1], [0, 2, 1 << 40])
     assert str(err.value) == f"cu_seqlens_padded[2]: {1 << 40} is outside int32"
+
+
+def test_reverse_idx_message():
+    from packd.verl import get_reverse_idx
+
+    with pytest.raises(ValueError) as err:
+        get_reverse_idx([0, 2, 2])
+    assert str(err.value) == "idx_map[2]: 2 repeats idx_map[1] (expected a permutation of range(3))"
+    with pytest.raises(ValueError) as err:
+        get_reverse_idx([0, 5, 1])
+    assert str(err.value) == "idx_map[1]: 5 is outside range(3) (expected a permutation of range(3))"
+
+
+def test_calibration_record_lengths_message():
+    records = [{"lengths": np.array([100, 200]), "seconds": 1.0}] * 4 + [{"lengths": np.array([1.5, 2.0]), "seconds": 1.0}]
+    with pytest.raises(ValueError) as err:
+        packd.calibrate(records)
+    assert str(err.value) == "record 4: lengths[0]: expected an integer, got 1.5 (the array has dtype float64)"

@@ -360,7 +360,15 @@ def get_reverse_idx(idx_map):
     idx = np.fromiter((int(i) for i in idx_map), dtype=np.int64)
     n = idx.size
     if n and (idx.min() < 0 or idx.max() >= n or np.unique(idx).size != n):
-        raise ValueError(f"idx_map: expected a permutation of range({n})")
+        bad = np.flatnonzero((idx < 0) | (idx >= n))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"idx_map[{i}]: {int(idx[i])} is outside range({n}) (expected a permutation of range({n}))")
+        seen = {}
+        for i, v in enumerate(idx.tolist()):
+            if v in seen:
+                raise ValueError(f"idx_map[{i}]: {v} repeats idx_map[{seen[v]}] (expected a permutation of range({n}))")
+            seen[v] = i
     rev = np.empty_like(idx)
     rev[idx] = np.arange(n, dtype=np.int64)
     return rev.tolist()
