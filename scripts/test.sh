@@ -38,6 +38,13 @@ if [ -d tests/python ]; then
   PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/python
 fi
 
+echo "== the documents run as written, examples and pictures up to date (tests/docs)"
+# A failure shows a diff; scripts/make-docs.sh refreshes the examples.
+PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/docs
+
+echo "== plan-quality gate (bench/quality/record.json)"
+PACKD_BUILD_DIR="$PWD/build" "$PY" bench/quality/run.py
+
 echo "== packed == padded on a torch model (tests/e2e)"
 if [ -d tests/e2e ]; then
   PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/e2e

@@ -2,6 +2,7 @@
  * every setting; parsing, usage text and the start-up line all read it. */
 #include "config.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -21,6 +22,7 @@ _Static_assert(PK_CONFIG_PREFIX_MAX == PK_STORE_PREFIX_MAX, "one prefix bound");
  * name, read later; K_PREFIX: a store key prefix. */
 typedef enum {
   K_HOSTPORT,
+  K_IPPORT, /* HOST:PORT whose host is a numeric IPv4 or IPv6 address. */
   K_INT,
   K_BYTES,
   K_SECONDS,
@@ -45,8 +47,8 @@ typedef struct setting {
 static const setting_t k_settings[] = {
     {"listen", "PACKD_LISTEN", K_HOSTPORT, OFF(listen), 0, 0,
      "gRPC address HOST:PORT (port 0: any free port)"},
-    {"metrics-listen", "PACKD_METRICS_LISTEN", K_HOSTPORT, OFF(metrics_listen), 0, 0,
-     "HTTP address for /metrics, /healthz, /readyz"},
+    {"metrics-listen", "PACKD_METRICS_LISTEN", K_IPPORT, OFF(metrics_listen), 0, 0,
+     "HTTP address for /metrics, /healthz, /readyz (numeric IPv4 or [IPv6])"},
     {"workers", "PACKD_WORKERS", K_INT, OFF(workers), 1, 256,
      "completion-queue threads; planning runs on them"},
     {"max-inflight", "PACKD_MAX_INFLIGHT", K_INT, OFF(max_inflight), 1, 1000000,
@@ -196,12 +198,25 @@ static int apply(pk_server_config_t *cfg, const setting_t *st, const char *value
                  const char *origin, char *err, size_t errlen) {
   char *field = (char *)cfg + st->offset;
   switch (st->kind) {
-  case K_HOSTPORT: {
+  case K_HOSTPORT:
+  case K_IPPORT: {
     char host[PK_HOSTPORT_MAX];
     int port;
     if (pk_parse_hostport(value, host, sizeof host, &port) != PK_OK) {
       snprintf(err, errlen, "%s: \"%s\" is not HOST:PORT with a port from 0 to 65535", origin,
                value);
+      return PK_EINVAL;
+    }
+    /* The metrics listener binds with libuv, which takes numeric addresses
+     * only; a name is refused here, as a usage error, rather than at bind
+     * time as a start-up failure. */
+    unsigned char addr[sizeof(struct in6_addr)];
+    if (st->kind == K_IPPORT && inet_pton(AF_INET, host, addr) != 1 &&
+        inet_pton(AF_INET6, host, addr) != 1) {
+      snprintf(err, errlen,
+               "%s: \"%s\": \"%s\" is not a numeric IPv4 or [IPv6] address (names such as "
+               "localhost are not resolved; use 127.0.0.1)",
+               origin, value, host);
       return PK_EINVAL;
     }
     snprintf(field, PK_HOSTPORT_MAX, "%s", value);
@@ -409,6 +424,7 @@ void pk_config_usage(FILE *out, const char *argv0) {
     const char *field = (const char *)&d + st->offset;
     switch (st->kind) {
     case K_HOSTPORT:
+    case K_IPPORT:
       snprintf(def, sizeof def, "%s", field);
       break;
     case K_INT:

@@ -10,7 +10,9 @@
  * the last call is gone the process exits 0. A second signal skips the
  * waiting and cancels at once. */
 #include <grpc/grpc.h>
+#include <grpc/support/log.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -172,6 +174,25 @@ static void route(void *user, const char *method, const char *path, pk_http_repl
   }
 }
 
+/* gRPC core writes its log lines to stderr in its own format. While the
+ * gRPC port is being bound, a failure (a port in use) would print a long
+ * core line before packd's own message, which already names the address
+ * and the likely cause; so during that window the core's lines go to
+ * packd's log at debug level. At all other times they go through packd's
+ * log at their own level, so stderr has one format. GRPC_VERBOSITY still
+ * decides which core lines are produced at all (errors by default). */
+static atomic_int g_grpc_binding;
+
+static void route_grpc_log(gpr_log_func_args *args) {
+  if (atomic_load(&g_grpc_binding) || args->severity == GPR_LOG_SEVERITY_DEBUG) {
+    PK_LOG_DEBUG("grpc core: %s (%s:%d)", args->message, args->file, args->line);
+  } else if (args->severity == GPR_LOG_SEVERITY_INFO) {
+    PK_LOG_INFO("grpc core: %s (%s:%d)", args->message, args->file, args->line);
+  } else {
+    PK_LOG_ERROR("grpc core: %s (%s:%d)", args->message, args->file, args->line);
+  }
+}
+
 static void host_of(const char *hostport, char *host, size_t len) {
   int port;
   if (pk_parse_hostport(hostport, host, len, &port) != PK_OK)
@@ -248,9 +269,12 @@ int main(int argc, char **argv) {
     return 1;
   }
 
+  gpr_set_log_function(route_grpc_log);
   grpc_init();
+  atomic_store(&g_grpc_binding, 1);
   rc = pk_grpc_server_start(&app.cfg, app.cache, app.store, &app.metrics, on_stopped_from_worker,
                             &app, &app.grpc, &grpc_port, err, sizeof err);
+  atomic_store(&g_grpc_binding, 0);
   if (rc != PK_OK) {
     PK_LOG_ERROR("%s", err);
     pk_http_close(app.http);

@@ -166,7 +166,7 @@ def test_retry_reaches_a_server_that_starts_late():
     [
         (dict(lengths=[3, 4, -1]), r"lengths\[2\]: must be >= 0, got -1"),
         (dict(lengths=[3, 1 << 33]), r"lengths\[1\]: must be in \[0, 4294967295\]"),
-        (dict(lengths=[1.5, 2]), r"lengths: expected integers"),
+        (dict(lengths=[1.5, 2]), r"lengths\[0\]: expected an integer, got 1.5 \(a float\)"),
         (dict(lengths=[[1, 2]]), r"lengths: expected a 1-D sequence"),
         (dict(dp=-1), r"parallel.dp: must be in \[0, 4294967295\], got -1"),
         (dict(dp=2, mode="zigzag"), r"batching.mode: unknown value 'zigzag' \(expected one of packed, padded, fixed\)"),

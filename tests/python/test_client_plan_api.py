@@ -101,8 +101,9 @@ def test_split_and_restore_invert_each_other(client):
     ],
 )
 def test_planner_layout_matches_the_formulas(client, kw):
-    """The planner's cu_seqlens_padded are the layout formulas with A from
-    DESIGN.md: an independent check of the C layout code."""
+    """The planner's cu_seqlens_padded are the layout formulas with the
+    alignment A of README.md's rule 4 (packd.layout.default_align): an
+    independent check of the C layout code."""
     rng = np.random.default_rng(len(kw))
     lengths = np.concatenate([rng.integers(0, 4, size=20), rng.integers(1, 9000, size=200)])
     plan = client.plan(lengths, dp=4, max_tokens=24576, **kw)

@@ -38,7 +38,7 @@ def local():
 
 def rollout_lengths(rng, n):
     """Prompt U[64, 1024] + response lognormal(ln 1500, 1) capped at 16384
-    (the workload of research/algorithms.md section 8)."""
+    (an RL rollout: short prompts, long-tailed responses)."""
     prompt = rng.integers(64, 1025, size=n)
     resp = np.minimum(rng.lognormal(np.log(1500), 1.0, size=n).astype(np.int64), 16384)
     return prompt + resp

@@ -1,5 +1,5 @@
-"""packd.gpu (ctypes binding of libpackd_gpu) on numpy arrays: the golden
-vectors of shared/research/gpu.md section 6, a cross-check against packd.layout
+"""packd.gpu (ctypes binding of libpackd_gpu) on numpy arrays: the hand-worked
+layouts of gpu/README.md (lengths [2,4,6,1], CP 2), a cross-check against packd.layout
 (the independent numpy reference) on random layouts for every dtype, and the
 argument errors. Needs the library: PACKD_GPU_LIB, or PACKD_BUILD_DIR with
 gpu/libpackd_gpu.so (scripts/test.sh sets PACKD_BUILD_DIR)."""

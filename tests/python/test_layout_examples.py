@@ -1,5 +1,7 @@
-"""packd.layout against the worked examples of shared/research/gpu.md 6.1-6.3
-and the flash-attn unpad/pad semantics of section 2.1."""
+"""packd.layout against hand-worked examples (the zigzag and Ulysses layouts
+of gpu/README.md, lengths [2,4,6,1] with CP 2, and a verl-style padded batch)
+and flash-attn's unpad/pad semantics (valid tokens gathered row by row, zeros
+written back everywhere else)."""
 
 import sys
 from pathlib import Path

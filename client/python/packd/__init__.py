@@ -34,8 +34,9 @@ _LAZY = {
     "Cost": ("calibration", "Cost"),
     "Calibration": ("calibration", "Calibration"),
     "calibrate": ("calibration", "calibrate"),
+    "load_manifest": ("manifest", "load_manifest"),
 }
-_SUBMODULES = ("layout", "verl", "roll", "gpu", "errors", "client", "plan", "calibration", "timing")
+_SUBMODULES = ("layout", "verl", "roll", "gpu", "errors", "client", "plan", "calibration", "timing", "manifest")
 
 __all__ = sorted(_LAZY) + ["layout", "verl", "roll", "timing"]
 

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from ._arrays import is_torch
+from ._arrays import integer_error, is_torch
 
 _default_client = None
 
@@ -109,7 +109,7 @@ def lengths_of(x, name: str = "batch") -> np.ndarray:
     if a.ndim == 1:
         if a.size and not np.issubdtype(a.dtype, np.integer):
             if not (np.issubdtype(a.dtype, np.floating) and np.all(np.mod(a, 1) == 0)):
-                raise ValueError(f"{name}: lengths must be integers, got dtype {a.dtype}")
+                raise ValueError(integer_error(name, x, a))
         return a.astype(np.int64)
     raise ValueError(f"{name}: expected an attention mask [B, S] or lengths [B], got shape {a.shape}")
 
@@ -165,14 +165,42 @@ def select_value(v, idx: np.ndarray):
         return v[idx]
 
 
-def select_rows(batch, idx):
-    """Rows idx of a batch, keeping its kind: a plain dict gives a dict, a
+def _per_row(v, rows) -> bool:
+    """Whether a dict entry holds one item per row of the batch (and so is
+    selected), rather than a value shared by all rows (a scalar, a string,
+    a dict of settings), which every selection keeps as it is. With
+    ``rows`` None every sized entry counts as per-row."""
+    if isinstance(v, (str, bytes)) or (isinstance(v, Mapping) and _holder(v) is None):
+        return False
+    if _is_nested(v):  # One component per row; a nested tensor has no sizes.
+        return rows is None or len(v.unbind()) == rows
+    shape = getattr(v, "shape", None)
+    if shape is not None:
+        n = int(shape[0]) if len(shape) else None
+    elif hasattr(v, "__len__"):
+        n = len(v)
+    else:
+        return False
+    return n is not None and (rows is None or n == rows)
+
+
+def select_rows(batch, idx, rows=None):
+    """Rows idx of a batch, keeping its kind: a dict (or any other mapping
+    that is not a TensorDict) gives a mapping of the same type whose
+    per-row entries are selected and whose other entries (scalars,
+    strings, entries of another length than ``rows``) are kept; a
     TensorDict a TensorDict (verl's own selection helper when verl is
     loaded, since it knows every kind of entry verl stores), a tensor or
     array the same."""
     idx = np.asarray(idx, dtype=np.int64)
-    if type(batch) is dict:
-        return {k: select_value(v, idx) for k, v in batch.items()}
+    if isinstance(batch, Mapping) and type(batch).__name__ != "TensorDict":
+        out = {k: (select_value(v, idx) if _per_row(v, rows) else v) for k, v in batch.items()}
+        if type(batch) is dict:
+            return out
+        try:
+            return type(batch)(out)
+        except TypeError:  # A mapping type that cannot be built from a dict.
+            return out
     if _holder(batch) is batch and not is_torch(batch):
         helper = _verl_index_select()
         if helper is not None and type(batch).__name__ == "TensorDict":
@@ -193,6 +221,14 @@ def _verl_index_select():
     return getattr(mod, "index_select_tensor_dict", None) if mod is not None else None
 
 
+def _is_number(v) -> bool:
+    try:
+        float(v)
+        return not isinstance(v, (str, bytes))
+    except (TypeError, ValueError):
+        return False
+
+
 def host_values(values, name: str) -> np.ndarray:
     """A 1-D float64 host copy of numbers given as a list, array or tensor
     on any device; ValueError naming the first negative or non-finite one."""
@@ -202,7 +238,11 @@ def host_values(values, name: str) -> np.ndarray:
     try:
         a = a.astype(np.float64)
     except (TypeError, ValueError):
-        raise ValueError(f"{name}: expected numbers, got dtype {a.dtype}") from None
+        # numpy turned a list with one string into strings throughout: look
+        # at the list itself for the entry that is not a number.
+        items = list(values) if isinstance(values, (list, tuple)) else a.tolist()
+        i = next((i for i, v in enumerate(items) if not _is_number(v)), 0)
+        raise ValueError(f"{name}[{i}]: expected a number, got {items[i]!r} (dtype {a.dtype})") from None
     bad = np.flatnonzero(~np.isfinite(a) | (a < 0))
     if bad.size:
         i = int(bad[0])

@@ -127,7 +127,15 @@ class EmbeddedTransport:
                 return out
         raise InvalidArgument(f"dp_rank: {request.dp_rank} is not a rank of plan {request.plan_id} (dp {len(resp.ranks)})")
 
+    # The services the server's Health/Check knows (server/handlers.c);
+    # any other name is NOT_FOUND there, and so it is here, with the same
+    # message, so that code written against one mode behaves the same in
+    # the other.
+    HEALTH_SERVICES = ("", "packd.v1.Planner")
+
     def health(self, service, timeout) -> str:
+        if service not in self.HEALTH_SERVICES:
+            raise NotFound(f"service \"{service[:200]}\" is unknown; known: \"\", \"packd.v1.Planner\"")
         return "SERVING"
 
     def close(self):

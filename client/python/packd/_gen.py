@@ -139,12 +139,27 @@ def ensure() -> None:
 
 
 def main(argv=None) -> int:
-    """``python -m packd._gen OUT_DIR [PROTO_DIR]``."""
+    """``python -m packd._gen OUT_DIR [PROTO_DIR]``. PROTO_DIR defaults to
+    PACKD_PROTO_DIR, the checkout's ``proto/`` when packd runs from one, and
+    else ``./proto`` (an installed package next to a checkout). Exit status
+    2 with one line naming what is missing, never a traceback."""
     argv = sys.argv[1:] if argv is None else argv
-    if not argv:
+    if not argv or len(argv) > 2 or argv[0].startswith("-"):
         print("usage: python -m packd._gen OUT_DIR [PROTO_DIR]", file=sys.stderr)
         return 2
-    generate(argv[0], argv[1] if len(argv) > 1 else None)
+    proto_dir = Path(argv[1]) if len(argv) > 1 else default_proto_dir()
+    if proto_dir is None and (Path.cwd() / "proto" / PROTO_REL).is_file():
+        proto_dir = Path.cwd() / "proto"
+    if proto_dir is None:
+        print(f"python -m packd._gen: no proto folder: this packd is installed without {PROTO_REL}; "
+              "give PROTO_DIR (the repository's proto/ folder) or set PACKD_PROTO_DIR", file=sys.stderr)
+        return 2
+    try:
+        out = generate(argv[0], proto_dir)
+    except StubGenerationError as exc:
+        print(f"python -m packd._gen: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {out / 'packd_pb2.py'} and {out / 'packd_pb2_grpc.py'} from {proto_dir / PROTO_REL}")
     return 0
 
 

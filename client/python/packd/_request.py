@@ -15,7 +15,7 @@ import numpy as np
 from google.protobuf import descriptor as _desc
 
 from . import _stubs
-from ._arrays import to_numpy
+from ._arrays import integer_error, to_numpy
 from .errors import InvalidArgument
 
 _UINT_MAX = {
@@ -116,12 +116,9 @@ def uint_array(values, name: str, bits: int) -> list:
         raise InvalidArgument(f"{name}: expected a 1-D sequence, got shape {a.shape}")
     if a.size == 0:
         return []
-    if a.dtype == bool or not (np.issubdtype(a.dtype, np.integer) or a.dtype == object):
-        raise InvalidArgument(f"{name}: expected integers, got dtype {a.dtype}")
-    if a.dtype == object:
-        for i, v in enumerate(a):
-            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
-                raise InvalidArgument(f"{name}[{i}]: expected an integer, got {v!r}")
+    message = integer_error(name, values, a)
+    if message is not None:
+        raise InvalidArgument(message)
     lo, hi = 0, (1 << bits) - 1
     if np.issubdtype(a.dtype, np.signedinteger) and a.min() < lo:
         i = int(np.flatnonzero(a < lo)[0])

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ._arrays import integer_error
+
 __all__ = ["Cost", "Calibration", "calibrate", "read_timings"]
 
 # The Cost fields: proto name -> JSON (lowerCamelCase) name, in field order.
@@ -159,8 +161,11 @@ def _as_lengths(value, where: str) -> list:
     if hasattr(value, "detach") and hasattr(value, "cpu"):
         value = value.detach().cpu().numpy()
     if isinstance(value, np.ndarray):
-        if value.ndim != 1 or not (np.issubdtype(value.dtype, np.integer) or value.size == 0):
-            raise ValueError(f"{where}: expected a 1-D array of integers, got {value.dtype} {value.shape}")
+        if value.ndim != 1:
+            raise ValueError(f"{where}: expected a 1-D array of integers, got shape {value.shape}")
+        message = integer_error(where, value, value)
+        if message is not None:
+            raise ValueError(message)
         value = value.tolist()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise ValueError(f"{where}: expected an array of integers, got {value!r}")

@@ -263,7 +263,9 @@ class Client:
 
     def health(self, service: str = "") -> str:
         """The grpc.health.v1 status of the server: "SERVING",
-        "NOT_SERVING", ... (always "SERVING" when embedded)."""
+        "NOT_SERVING", ... for the service ``""`` (the whole server) or
+        ``"packd.v1.Planner"``; any other name raises NotFound. Embedded,
+        the same names answer "SERVING" and others raise the same NotFound."""
         return self._call(lambda req, timeout: self._transport.health(req, timeout), service)
 
     def close(self) -> None:

@@ -30,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ._arrays import integer_error
+
 __all__ = [
     "GpuError",
     "GpuInvalidArgument",
@@ -313,9 +315,10 @@ def _host_index(x, name: str) -> np.ndarray:
     if a.ndim != 1:
         raise ValueError(f"{name}: expected a 1-D sequence, got shape {a.shape}")
     if a.size and not np.issubdtype(a.dtype, np.integer):
-        raise ValueError(f"{name}: expected integers, got dtype {a.dtype}")
+        raise ValueError(integer_error(name, x, a))
     if a.size and (a.min() < np.iinfo(np.int32).min or a.max() > np.iinfo(np.int32).max):
-        raise ValueError(f"{name}: values outside int32")
+        i = int(np.flatnonzero((a < np.iinfo(np.int32).min) | (a > np.iinfo(np.int32).max))[0])
+        raise ValueError(f"{name}[{i}]: {int(a[i])} is outside int32")
     return np.ascontiguousarray(a, dtype=np.int32)
 
 
@@ -336,7 +339,7 @@ def _spans_arg(x, name: str, batch: int, dev):
         if a.shape != (batch,):
             raise ValueError(f"{name}: expected shape ({batch},), got {a.shape}")
         if a.size and not np.issubdtype(a.dtype, np.integer):
-            raise ValueError(f"{name}: expected integers, got dtype {a.dtype}")
+            raise ValueError(integer_error(name, x, a))
         x = np.ascontiguousarray(a, dtype=np.int32)
     arr = _Arr(x, name)
     if arr.dev != dev:

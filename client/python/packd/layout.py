@@ -1,12 +1,13 @@
 """packd.layout: the pure-numpy reference for packing, CP slicing and unpacking.
 
 This module is the oracle the GPU agent is tested against. It is written from
-the formulas in shared/research/gpu.md (sections 2-6 and 10), not from the C
-code, on purpose: two independent implementations checked against each other.
+the layout formulas stated below and in gpu/README.md ("Layouts"), not from
+the C code, on purpose: two independent implementations checked against each
+other.
 Everything here is plain numpy and runs on the CPU; torch CPU tensors are
 accepted and returned as torch tensors when torch is importable.
 
-Vocabulary (gpu.md section 1):
+Vocabulary:
 
 - A padded batch has B rows and S columns. Row b's valid tokens form one
   contiguous run ``[start_b, start_b + len_b)`` found from the attention mask
@@ -89,7 +90,7 @@ def default_align(
     sequence_parallel: bool = False,
     pad_multiple: int = 1,
 ) -> int:
-    """The alignment A of DESIGN.md: 2*CP*TP for zigzag CP > 1, CP*TP for
+    """The alignment A of every packed slot (README.md, rule 4): 2*CP*TP for zigzag CP > 1, CP*TP for
     Ulysses CP > 1, TP when sequence parallel is on, else 1; combined with
     pad_multiple by lcm."""
     cp, tp, pad_multiple = int(cp or 1), int(tp or 1), int(pad_multiple or 1)

@@ -324,10 +324,10 @@ class Plan:
 
     # Serialization.
     def to_json(self) -> str:
-        """The protobuf JSON mapping of the PlanResponse, exactly as
-        google.protobuf.json_format.MessageToJson writes it (what
-        ``packctl plan --format json`` prints)."""
-        return json_format.MessageToJson(self.response)
+        """The protobuf JSON mapping of the PlanResponse as
+        google.protobuf.json_format.MessageToJson writes it, plus a final
+        newline: byte for byte what ``packctl plan --format json`` prints."""
+        return json_format.MessageToJson(self.response) + "\n"
 
     def to_dict(self) -> dict:
         return json_format.MessageToDict(self.response)

@@ -286,8 +286,11 @@ def rearrange_micro_batches(
     tokens (a hard cap: a sequence that cannot fit alone raises
     packd.FailedPrecondition naming it).
 
-    batch: a TensorDict or dict with ``attention_mask`` or a nested
-    ``input_ids`` (tensors on any device), a DataProto, a mask or lengths.
+    batch: a TensorDict, or a dict (any mapping) with an ``attention_mask``
+    [B, S] or a nested ``input_ids`` (tensors on any device; numpy arrays
+    and lists of B items work too, and entries that are not one item per
+    row, such as scalars or strings, are copied into every micro-batch); a
+    DataProto; a mask [B, S] or lengths [B].
     Returns ``(micro_batches, micro_bsz_idx)``: the micro-batches in the
     batch's own kind and on its device, and their index lists. The count is
     the least that fits, at least ``min_num_micro_batch``, a multiple of
@@ -311,7 +314,7 @@ def rearrange_micro_batches(
             plan = client.plan(lengths, **kw)
     micro_bsz_idx = [m.seqs.tolist() for m in plan[0].micro_batches]
     inner = batch.batch if hasattr(batch, "batch") and hasattr(batch, "non_tensor_batch") else batch
-    micro_batches = [select_rows(inner, np.asarray(i, dtype=np.int64)) for i in micro_bsz_idx]
+    micro_batches = [select_rows(inner, np.asarray(i, dtype=np.int64), rows=lengths.size) for i in micro_bsz_idx]
     return micro_batches, micro_bsz_idx
 
 
@@ -357,7 +360,15 @@ def get_reverse_idx(idx_map):
     idx = np.fromiter((int(i) for i in idx_map), dtype=np.int64)
     n = idx.size
     if n and (idx.min() < 0 or idx.max() >= n or np.unique(idx).size != n):
-        raise ValueError(f"idx_map: expected a permutation of range({n})")
+        bad = np.flatnonzero((idx < 0) | (idx >= n))
+        if bad.size:
+            i = int(bad[0])
+            raise ValueError(f"idx_map[{i}]: {int(idx[i])} is outside range({n}) (expected a permutation of range({n}))")
+        seen = {}
+        for i, v in enumerate(idx.tolist()):
+            if v in seen:
+                raise ValueError(f"idx_map[{i}]: {v} repeats idx_map[{seen[v]}] (expected a permutation of range({n}))")
+            seen[v] = i
     rev = np.empty_like(idx)
     rev[idx] = np.arange(n, dtype=np.int64)
     return rev.tolist()

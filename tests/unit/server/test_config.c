@@ -106,6 +106,28 @@ static void test_errors_name_flag_and_value(void **state) {
   const char *const env[] = {"PACKD_CACHE_TTL", "-1", NULL};
   const char *a10[] = {"packd"};
   expect_error(env, 1, a10, "PACKD_CACHE_TTL", "-1");
+  /* The metrics listener takes numeric addresses only: a name is a usage
+   * error naming the flag (or variable) and the host, not a bind failure. */
+  const char *a11[] = {"packd", "--metrics-listen", "localhost:0"};
+  expect_error(NULL, 3, a11, "--metrics-listen", "\"localhost\" is not a numeric IPv4 or [IPv6]");
+  const char *const env2[] = {"PACKD_METRICS_LISTEN", "metrics.local:9464", NULL};
+  expect_error(env2, 1, a10, "PACKD_METRICS_LISTEN", "metrics.local");
+}
+
+static void test_metrics_listen_numeric_addresses(void **state) {
+  (void)state;
+  pk_server_config_t cfg;
+  char err[256];
+  const char *ok[] = {"127.0.0.1:0", "0.0.0.0:9464", "[::1]:9464", "[::]:0"};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    const char *argv[] = {"packd", "--metrics-listen", ok[i]};
+    if (load(&cfg, NULL, 3, argv, err, sizeof err) != PK_OK)
+      fail_msg("%s refused: %s", ok[i], err);
+    assert_string_equal(cfg.metrics_listen, ok[i]);
+  }
+  /* The gRPC listener resolves names through gRPC: they stay accepted. */
+  const char *argv[] = {"packd", "--listen", "localhost:0"};
+  assert_int_equal(load(&cfg, NULL, 3, argv, err, sizeof err), PK_OK);
 }
 
 static void test_help_and_version_flags(void **state) {
@@ -287,6 +309,7 @@ int main(void) {
       cmocka_unit_test(test_errors_name_flag_and_value),
       cmocka_unit_test(test_help_and_version_flags),
       cmocka_unit_test(test_hostport),
+      cmocka_unit_test(test_metrics_listen_numeric_addresses),
       cmocka_unit_test(test_bytes_and_seconds_round_trip),
       cmocka_unit_test(test_describe_and_usage),
       cmocka_unit_test(test_plan_store_flags),
