@@ -21,6 +21,7 @@
 /* Numeric gRPC status codes used by the handlers (grpc_status_code values). */
 enum {
   PK_GRPC_OK = 0,
+  PK_GRPC_CANCELLED = 1,
   PK_GRPC_INVALID_ARGUMENT = 3,
   PK_GRPC_DEADLINE_EXCEEDED = 4,
   PK_GRPC_NOT_FOUND = 5,
