@@ -253,6 +253,17 @@ static int call_should_stop(void *arg) {
   return 0;
 }
 
+/* A client cancels at its own deadline, which passes before the server's:
+ * the client's clock started before the request was sent, the server's
+ * when the request had arrived (a large request takes tens to hundreds of
+ * milliseconds to arrive). A cancellation this close to the server's
+ * deadline is the deadline's. */
+#define PK_DEADLINE_SLACK_S 1.0
+
+static bool near_deadline(const call_ctx_t *ctx, double now) {
+  return ctx->deadline_mono != INFINITY && now >= ctx->deadline_mono - PK_DEADLINE_SLACK_S;
+}
+
 /* Records and logs a finished call, then frees its context. */
 static void finish_call(call_ctx_t *ctx) {
   pk_grpc_server_t *s = ctx->srv;
@@ -266,7 +277,7 @@ static void finish_call(call_ctx_t *ctx) {
     /* The answer did not reach the client (it left, its deadline passed,
      * or the server cancelled it at the end of shutdown): the call is
      * counted by why, never by the answer it did not get. */
-    if (ctx->deadline_mono != INFINITY && pk_monotonic_seconds() >= ctx->deadline_mono)
+    if (near_deadline(ctx, pk_monotonic_seconds()))
       code = PK_GRPC_DEADLINE_EXCEEDED;
     else if (atomic_load(&s->aborting))
       code = PK_GRPC_UNAVAILABLE;
@@ -445,9 +456,10 @@ static void work_call(call_ctx_t *ctx) {
     reply_stopped(ctx, &reply, "before the server started the call");
   } else {
     run_handler(ctx, &reply);
-    if (reply.code == PK_GRPC_CANCELLED && atomic_load(&ctx->stop) != PK_STOP_NONE) {
-      /* The planner returned PK_ECANCELED: say why, and how long the stop
-       * took from its cause to the planner's return. */
+    if (reply.code != PK_GRPC_OK && atomic_load(&ctx->stop) != PK_STOP_NONE) {
+      /* The planner returned PK_ECANCELED (or a stage that was stopped
+       * failed on that account): say why, and how long the stop took from
+       * its cause to the planner's return. */
       pk_histogram_observe_seconds(&s->metrics->stop_seconds,
                                    pk_monotonic_seconds() - atomic_load(&ctx->t_stop));
       reply_stopped(ctx, &reply, "while planning");
@@ -535,8 +547,8 @@ static void on_close(call_ctx_t *ctx) {
   pk_grpc_server_t *s = ctx->srv;
   if (ctx->cancelled && !atomic_load(&ctx->answered)) {
     double now = pk_monotonic_seconds();
-    if (ctx->deadline_mono != INFINITY && now >= ctx->deadline_mono)
-      set_stop(ctx, PK_STOP_DEADLINE, ctx->deadline_mono);
+    if (near_deadline(ctx, now))
+      set_stop(ctx, PK_STOP_DEADLINE, now);
     else if (atomic_load(&s->aborting))
       set_stop(ctx, PK_STOP_SHUTDOWN, atomic_load(&s->t_abort));
     else

@@ -233,15 +233,11 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
     pk_fail(err, errlen, rc, "lengths: %u sequences: out of memory", n);
     goto done;
   }
+  bld.limits = limits;
 
   for (uint32_t b = 0; b < nb; b++) {
     uint32_t m = start[b + 1] - start[b];
     const uint32_t *idx = order + start[b];
-    for (uint32_t k = 0; k < m; k++) {
-      len[k] = req->lengths[idx[k]];
-      size[k] = pk_item_size(&cfg, len[k]);
-      cost[k] = pk_slot_cost(&cfg, size[k]);
-    }
     pk_ctx_t ctx = {.cfg = &cfg,
                     .n = m,
                     .idx = idx,
@@ -250,7 +246,15 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
                     .len = len,
                     .groups = req->groups,
                     .limits = limits};
-    if (pk_stopped(&ctx)) {
+    uint32_t tick = 0;
+    bool stop = pk_stopped(&ctx);
+    for (uint32_t k = 0; k < m && !stop; k++) {
+      len[k] = req->lengths[idx[k]];
+      size[k] = pk_item_size(&cfg, len[k]);
+      cost[k] = pk_slot_cost(&cfg, size[k]);
+      stop = pk_stop_tick(&ctx, &tick);
+    }
+    if (stop) {
       rc = pk_fail(err, errlen, PK_ECANCELED, "planning stopped by the caller at mini-batch %u", b);
       goto done;
     }
@@ -258,7 +262,14 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
       by_size[k] = k;
     pk_sort_by_cost_desc(&ctx, by_size, m);
     ctx.by_size = by_size;
-    ctx.micro_lb = pk_micro_lower_bound(&ctx);
+    /* The sort and the bound are each one pass of O(n log n) or less: a
+     * poll between them keeps a stop within one pass. */
+    if (!pk_stopped(&ctx))
+      ctx.micro_lb = pk_micro_lower_bound(&ctx);
+    if (pk_stopped(&ctx)) {
+      rc = pk_fail(err, errlen, PK_ECANCELED, "planning stopped by the caller at mini-batch %u", b);
+      goto done;
+    }
     pk_step_memo_t step_memo = {0};
     ctx.step_memo = &step_memo;
     pk_assign_t a = {.rank = arank, .micro = amicro, .pos = apos, .nmicro = 0};
@@ -268,8 +279,10 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
       rc = pk_fail(err, errlen, PK_ECANCELED, "planning stopped by the caller at mini-batch %u", b);
       goto done;
     }
-    if ((rc = pk_build_add_mini_batch(&bld, &ctx, &a, pk_micro_lower_bound(&ctx))) != 0) {
-      if (rc == PK_ENOMEM)
+    if ((rc = pk_build_add_mini_batch(&bld, &ctx, &a, ctx.micro_lb)) != 0) {
+      if (rc == PK_ECANCELED)
+        pk_fail(err, errlen, rc, "planning stopped by the caller at mini-batch %u", b);
+      else if (rc == PK_ENOMEM)
         pk_fail(err, errlen, rc, "mini-batch %u: out of memory", b);
       else
         pk_fail(err, errlen, rc, "mini-batch %u: internal error while building the plan", b);
