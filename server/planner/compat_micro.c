@@ -239,8 +239,13 @@ static int ffd(const pk_ctx_t *ctx, const uint32_t *items, uint32_t m, const uin
     free(bins);
     return PK_ENOMEM;
   }
-  uint32_t nb = 0;
+  uint32_t nb = 0, tick = 0;
   for (uint32_t t = 0; t < m; t++) {
+    if (pk_stop_tick(ctx, &tick)) {
+      free(tree);
+      free(bins);
+      return PK_ECANCELED;
+    }
     uint32_t j = ord[t];
     uint64_t s = ctx->size[items[j]];
     uint32_t b;
