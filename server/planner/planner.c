@@ -186,6 +186,23 @@ static int assign_mini_batch(const pk_ctx_t *ctx, pk_assign_t *a, uint32_t mini,
   return rc;
 }
 
+/* The caller's stop condition as the planner's stages see it: asked until
+ * its first nonzero answer and never again after it. A stage may then poll
+ * as often as it likes (a stopped inner loop and the stage around it both
+ * ask), the caller sees exactly one call that said stop, and an answer
+ * that flips back cannot restart planning half way. */
+typedef struct sticky_stop {
+  const pk_limits_t *user;
+  bool stopped;
+} sticky_stop_t;
+
+static int sticky_should_stop(void *arg) {
+  sticky_stop_t *s = arg;
+  if (!s->stopped)
+    s->stopped = s->user->should_stop(s->user->stop_arg) != 0;
+  return s->stopped;
+}
+
 int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen) {
   return pk_plan_limited(req, NULL, out, err, errlen);
 }
@@ -212,6 +229,15 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
 
   uint32_t n = (uint32_t)req->n;
   uint32_t nb = cfg.mini_batches;
+  sticky_stop_t sticky = {limits, false};
+  pk_limits_t stop_limits = {0};
+  const pk_limits_t *stages = NULL; /* What the stages poll; NULL: no stop. */
+  if (limits != NULL && limits->should_stop != NULL) {
+    stop_limits = *limits;
+    stop_limits.should_stop = sticky_should_stop;
+    stop_limits.stop_arg = &sticky;
+    stages = &stop_limits;
+  }
   pk_build_t bld = {0};
   uint32_t *order = pk_malloc_array(n, sizeof *order);
   uint32_t *start = pk_malloc_array((size_t)nb + 1, sizeof *start);
@@ -233,7 +259,7 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
     pk_fail(err, errlen, rc, "lengths: %u sequences: out of memory", n);
     goto done;
   }
-  bld.limits = limits;
+  bld.limits = stages;
 
   for (uint32_t b = 0; b < nb; b++) {
     uint32_t m = start[b + 1] - start[b];
@@ -245,7 +271,7 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
                     .cost = cost,
                     .len = len,
                     .groups = req->groups,
-                    .limits = limits};
+                    .limits = stages};
     uint32_t tick = 0;
     bool stop = pk_stopped(&ctx);
     for (uint32_t k = 0; k < m && !stop; k++) {
