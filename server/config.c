@@ -113,8 +113,8 @@ void pk_config_defaults(pk_server_config_t *cfg) {
   cfg->drain_delay = 1.0;
   cfg->log_level = PK_LOG_INFO;
   snprintf(cfg->plan_store_prefix, sizeof cfg->plan_store_prefix, "packd:");
-  /* 1 MiB is about 300,000 to 500,000 sequences (2 to 3 bytes each): plans
-   * that take more than about 100 ms of one CPU. */
+  /* 1 MiB holds about half a million sequence lengths (2 bytes each below
+   * 16384): plans that occupy a worker for a long time. */
   cfg->large_request_bytes = 1LL << 20;
   cfg->large_workers = 0;
   /* A probe or a scrape sends its header in one packet and is answered in
