@@ -77,6 +77,19 @@ static const setting_t k_settings[] = {
      "prefix of every key packd writes to the store"},
     {"debug-delay-ms", "PACKD_DEBUG_DELAY_MS", K_INT, OFF(debug_delay_ms), 0, 600000,
      "testing only: sleep this long before handling each Plan"},
+    {"large-request-bytes", "PACKD_LARGE_REQUEST_BYTES", K_BYTES, OFF(large_request_bytes), 1,
+     INT64_MAX, "Plan requests of at least this size are large (see --large-workers)"},
+    {"large-workers", "PACKD_LARGE_WORKERS", K_INT, OFF(large_workers), 0, 256,
+     "workers that large Plans may use at once (0: workers - 1, at least 1)"},
+    {"http-max-conns", "PACKD_HTTP_MAX_CONNS", K_INT, OFF(http_max_conns), 2, 100000,
+     "open connections on the metrics port; at the limit the oldest unanswered one is closed"},
+    {"http-max-conns-per-peer", "PACKD_HTTP_MAX_CONNS_PER_PEER", K_INT,
+     OFF(http_max_conns_per_peer), 1, 100000,
+     "open metrics-port connections of one peer address; beyond it its oldest is closed"},
+    {"http-header-timeout", "PACKD_HTTP_HEADER_TIMEOUT", K_SECONDS, OFF(http_header_timeout), 0, 0,
+     "seconds a metrics-port connection has to send a complete request header"},
+    {"http-idle-timeout", "PACKD_HTTP_IDLE_TIMEOUT", K_SECONDS, OFF(http_idle_timeout), 0, 0,
+     "seconds a metrics-port connection may send nothing before its request is complete"},
     {"help", NULL, K_FLAG, OFF(show_help), 0, 0, "print this text and exit"},
     {"version", NULL, K_FLAG, OFF(show_version), 0, 0, "print the version and exit"},
 };
@@ -102,6 +115,17 @@ void pk_config_defaults(pk_server_config_t *cfg) {
   cfg->drain_delay = 1.0;
   cfg->log_level = PK_LOG_INFO;
   snprintf(cfg->plan_store_prefix, sizeof cfg->plan_store_prefix, "packd:");
+  /* 1 MiB holds about half a million sequence lengths (2 bytes each below
+   * 16384): plans that occupy a worker for a long time. */
+  cfg->large_request_bytes = 1LL << 20;
+  cfg->large_workers = 0;
+  /* A probe or a scrape sends its header in one packet and is answered in
+   * well under a millisecond on the loop; these bounds only limit clients
+   * that hold connections without asking. */
+  cfg->http_max_conns = 256;
+  cfg->http_max_conns_per_peer = 64;
+  cfg->http_header_timeout = 5.0;
+  cfg->http_idle_timeout = 2.0;
 }
 
 int pk_parse_hostport(const char *s, char *host, size_t hostlen, int *port) {
@@ -319,6 +343,21 @@ static int check_plan_store(const pk_server_config_t *cfg, char *err, size_t err
   return PK_OK;
 }
 
+/* The admission and HTTP settings that have bounds K_SECONDS cannot say. */
+static int check_admission(const pk_server_config_t *cfg, char *err, size_t errlen) {
+  if (cfg->http_header_timeout < 0.001 || cfg->http_header_timeout > 3600) {
+    snprintf(err, errlen, "--http-header-timeout: %gs is not from 1ms to 3600s",
+             cfg->http_header_timeout);
+    return PK_EINVAL;
+  }
+  if (cfg->http_idle_timeout < 0.001 || cfg->http_idle_timeout > 3600) {
+    snprintf(err, errlen, "--http-idle-timeout: %gs is not from 1ms to 3600s",
+             cfg->http_idle_timeout);
+    return PK_EINVAL;
+  }
+  return PK_OK;
+}
+
 static const char *process_getenv(const char *name, void *user) {
   (void)user;
   return getenv(name);
@@ -382,7 +421,10 @@ int pk_config_load(pk_server_config_t *cfg, int argc, char *const *argv, pk_gete
     if (rc != PK_OK)
       return rc;
   }
-  return check_plan_store(cfg, err, errlen);
+  int rc = check_plan_store(cfg, err, errlen);
+  if (rc == PK_OK)
+    rc = check_admission(cfg, err, errlen);
+  return rc;
 }
 
 void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len) {
@@ -407,6 +449,20 @@ void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len) {
   if (used < len)
     snprintf(buf + used, len - used, " max_sequences=%d max_plan_bytes=%" PRId64,
              cfg->max_sequences, cfg->max_plan_bytes);
+  used = strnlen(buf, len);
+  if (used < len)
+    snprintf(buf + used, len - used,
+             " large_request_bytes=%" PRId64 " large_workers=%d http_max_conns=%d"
+             " http_max_conns_per_peer=%d http_header_timeout=%gs http_idle_timeout=%gs",
+             cfg->large_request_bytes, pk_config_large_workers(cfg), cfg->http_max_conns,
+             cfg->http_max_conns_per_peer, cfg->http_header_timeout, cfg->http_idle_timeout);
+}
+
+int pk_config_large_workers(const pk_server_config_t *cfg) {
+  int n = cfg->large_workers > 0 ? cfg->large_workers : cfg->workers - 1;
+  if (n > cfg->workers)
+    n = cfg->workers;
+  return n < 1 ? 1 : n;
 }
 
 void pk_config_usage(FILE *out, const char *argv0) {

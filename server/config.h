@@ -37,8 +37,16 @@ typedef struct pk_server_config {
   char plan_store_password_file[PK_CONFIG_PATH_MAX]; /* "" = the URL's password, if any. */
   char plan_store_prefix[PK_CONFIG_PREFIX_MAX];      /* Key prefix in the store. */
   int debug_delay_ms;                                /* Testing only: sleep before each Plan. */
-  bool show_help;                                    /* --help was given; print usage and exit 0. */
-  bool show_version;                                 /* --version was given. */
+  /* Admission and the HTTP port's connection limits (grpc_server.c,
+   * work_queue.h, http.c). */
+  int64_t large_request_bytes; /* Plan requests of at least this many bytes are large. */
+  int large_workers;           /* Workers large Plans may use at once; 0: workers - 1. */
+  int http_max_conns;          /* Open HTTP connections, all peers together. */
+  int http_max_conns_per_peer; /* Open HTTP connections of one peer address. */
+  double http_header_timeout;  /* Seconds from accept to a complete request header. */
+  double http_idle_timeout;    /* Seconds a connection may send nothing before its header. */
+  bool show_help;              /* --help was given; print usage and exit 0. */
+  bool show_version;           /* --version was given. */
 } pk_server_config_t;
 
 /* Looks up an environment variable; returns NULL when unset. Tests pass their
@@ -58,6 +66,11 @@ int pk_config_load(pk_server_config_t *cfg, int argc, char *const *argv, pk_gete
 
 /* Writes the effective configuration as one line of key=value pairs. */
 void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len);
+
+/* The workers large Plans may use at once: --large-workers, or workers - 1
+ * when it is 0; never more than the workers and at least 1 (with one
+ * worker, small and large calls share it). */
+int pk_config_large_workers(const pk_server_config_t *cfg);
 
 /* Prints the usage text with every flag, its variable and its default. */
 void pk_config_usage(FILE *out, const char *argv0);

@@ -1,12 +1,19 @@
 /* The gRPC C core server of packd (see grpc_server.h).
  *
- * Every request handed to gRPC (grpc_server_request_*call) and every final
- * batch uses one heap context as its tag; the out-parameters of a request
- * live in that context, because gRPC writes them even when it fails the
- * request at shutdown. A count of live contexts, guarded by one mutex
- * together with the posting of new requests, tells when the server has
- * really stopped: after the shutdown tag *and* after the last context is
- * freed (the tag may arrive while calls are still finishing). */
+ * Every request handed to gRPC (grpc_server_request_*call) uses one heap
+ * context; the out-parameters of a request live in that context, because
+ * gRPC writes them even when it fails the request at shutdown. A call that
+ * arrived has two operations in gRPC at most, each with its own tag inside
+ * the context: the close op (RECV_CLOSE_ON_SERVER, started at once, so that
+ * a client that leaves is noticed while the call waits or plans) and the
+ * final batch (the answer). The context is freed when both have completed
+ * (a reference count), and only then is the call counted and logged, with
+ * the close op's verdict.
+ *
+ * A count of live contexts, guarded by one mutex together with the posting
+ * of new requests, tells when the server has really stopped: after the
+ * shutdown tag *and* after the last context is freed (the tag may arrive
+ * while calls are still finishing). */
 #include "grpc_server.h"
 
 #include <grpc/byte_buffer.h>
@@ -16,6 +23,7 @@
 #include <grpc/slice.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -23,10 +31,12 @@
 #include <string.h>
 #include <time.h>
 
+#include "call_stop.h"
 #include "clock.h"
 #include "handlers.h"
 #include "log.h"
 #include "pk_error.h"
+#include "work_queue.h"
 
 typedef enum { K_PLAN = 0, K_GET_RANK = 1, K_HEALTH = 2, K_GENERIC = 3, K_KINDS = 4 } kind_t;
 
@@ -39,18 +49,38 @@ static const char *const k_paths[K_GENERIC] = {
 static const pk_method_t k_kind_method[K_KINDS] = {PK_METHOD_PLAN, PK_METHOD_GET_RANK_PLAN,
                                                    PK_METHOD_HEALTH_CHECK, PK_METHOD_UNKNOWN};
 
-typedef struct call_ctx {
+/* Completion-queue threads. Two, so that one reading a large request does
+ * not hold up a Health/Check on another connection. */
+#define PK_CQ_THREADS 2
+
+/* What a completion-queue tag points to. */
+typedef enum { TAG_REQUEST = 0, TAG_CLOSE = 1, TAG_FINAL = 2 } tag_kind_t;
+
+typedef struct call_ctx call_ctx_t;
+typedef struct ctx_tag {
+  call_ctx_t *ctx;
+  tag_kind_t kind;
+} ctx_tag_t;
+
+struct call_ctx {
+  pk_work_item_t work; /* First member: a queue item is its context. */
   pk_grpc_server_t *srv;
   kind_t kind;
-  int finishing; /* 0: a pending request; 1: the final batch is running. */
+  ctx_tag_t t_request, t_close, t_final;
   /* Out-parameters of the request; gRPC fills them. */
   grpc_call *call;
   gpr_timespec deadline;
   grpc_metadata_array md;
   grpc_byte_buffer *payload;
   grpc_call_details details; /* Generic requests only. */
+  int no_payload;            /* The call arrived without its message. */
+  /* Operations in gRPC (close op, final batch); the last to complete frees
+   * the context. */
+  atomic_int refs;
+  int cancelled;       /* Written by gRPC when the close op completes. */
+  pk_call_stop_t stop; /* The flag the planner polls (call_stop.h). */
+  atomic_int answered; /* The answer is decided; a later stop changes nothing. */
   /* The answer. */
-  int cancelled;
   grpc_slice status_details;
   int has_status_details;
   grpc_byte_buffer *reply_bb;
@@ -60,21 +90,25 @@ typedef struct call_ctx {
   uint64_t sequences;
   char plan_id[40];
   char note[512]; /* Status message, for the log line. */
-} call_ctx_t;
+};
 
 struct pk_grpc_server {
   pk_server_config_t cfg;
   grpc_server *server;
   grpc_completion_queue *cq;
   void *methods[K_GENERIC];
-  pthread_t *threads;
-  int nthreads;
+  pthread_t cq_threads[PK_CQ_THREADS];
+  int n_cq_threads;
+  pthread_t *workers;
+  int n_workers;
+  pk_work_queue_t queue;
   pk_plan_cache_t *cache;
   pk_plan_store_t *store;
   pk_metrics_t *metrics;
   pk_stopped_fn on_stopped;
   void *user;
   atomic_bool serving;
+  pk_server_stop_t stop; /* Set when the grace period is over: stop everything. */
   pthread_mutex_t mu;
   int shutdown_started;
   int shutdown_done;
@@ -138,16 +172,22 @@ static int post_request_locked(pk_grpc_server_t *s, kind_t kind) {
   }
   ctx->srv = s;
   ctx->kind = kind;
+  ctx->t_request = (ctx_tag_t){ctx, TAG_REQUEST};
+  ctx->t_close = (ctx_tag_t){ctx, TAG_CLOSE};
+  ctx->t_final = (ctx_tag_t){ctx, TAG_FINAL};
+  atomic_init(&ctx->refs, 0);
+  pk_call_stop_init(&ctx->stop, &s->stop, INFINITY);
+  atomic_init(&ctx->answered, 0);
   grpc_metadata_array_init(&ctx->md);
   grpc_call_error err;
   if (kind == K_GENERIC) {
     grpc_call_details_init(&ctx->details);
-    err =
-        grpc_server_request_call(s->server, &ctx->call, &ctx->details, &ctx->md, s->cq, s->cq, ctx);
+    err = grpc_server_request_call(s->server, &ctx->call, &ctx->details, &ctx->md, s->cq, s->cq,
+                                   &ctx->t_request);
   } else {
     err =
         grpc_server_request_registered_call(s->server, s->methods[kind], &ctx->call, &ctx->deadline,
-                                            &ctx->md, &ctx->payload, s->cq, s->cq, ctx);
+                                            &ctx->md, &ctx->payload, s->cq, s->cq, &ctx->t_request);
   }
   if (err != GRPC_CALL_OK) {
     grpc_metadata_array_destroy(&ctx->md);
@@ -174,8 +214,22 @@ static void finish_call(call_ctx_t *ctx) {
   pk_grpc_server_t *s = ctx->srv;
   double secs = pk_monotonic_seconds() - ctx->t_accept;
   int code = ctx->code;
-  if (code == PK_GRPC_OK && ctx->cancelled)
-    code = 1; /* CANCELLED: the answer did not reach the client. */
+  int reason = pk_call_stop_reason(&ctx->stop);
+  if (reason != PK_STOP_NONE) {
+    /* Stopped before its answer was decided: the answer already says why. */
+    code = pk_call_stop_code(reason);
+  } else if (ctx->cancelled && (code == PK_GRPC_OK || ctx->no_payload)) {
+    /* The answer did not reach the client (it left, its deadline passed,
+     * or the server cancelled it at the end of shutdown): the call is
+     * counted by why, never by the answer it did not get. */
+    if (pk_call_stop_near_deadline(&ctx->stop, pk_monotonic_seconds()))
+      code = PK_GRPC_DEADLINE_EXCEEDED;
+    else if (pk_server_stop_aborting(&s->stop))
+      code = PK_GRPC_UNAVAILABLE;
+    else
+      code = PK_GRPC_CANCELLED;
+    snprintf(ctx->note, sizeof ctx->note, "the call ended before its answer was delivered");
+  }
   pk_method_t method = k_kind_method[ctx->kind];
   pk_metrics_request(s->metrics, method, code, secs);
   if (code != PK_GRPC_OK) {
@@ -190,10 +244,18 @@ static void finish_call(call_ctx_t *ctx) {
   free_ctx(ctx);
 }
 
-/* Starts the one final batch of a call: initial metadata, the message (on
- * success), the status and the close. Takes reply->bytes. */
+/* Drops one reference (a completed op, or an op that was never started);
+ * the last one finishes the call. */
+static void release(call_ctx_t *ctx) {
+  if (atomic_fetch_sub(&ctx->refs, 1) == 1)
+    finish_call(ctx);
+}
+
+/* Starts the final batch of a call: initial metadata, the message (on
+ * success) and the status. Takes reply->bytes. */
 static void send_answer(call_ctx_t *ctx, pk_reply_t *reply) {
-  grpc_op ops[4];
+  atomic_store(&ctx->answered, 1);
+  grpc_op ops[3];
   memset(ops, 0, sizeof ops);
   size_t n = 0;
   ops[n].op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -225,33 +287,17 @@ static void send_answer(call_ctx_t *ctx, pk_reply_t *reply) {
   ops[n].data.send_status_from_server.status = (grpc_status_code)reply->code;
   ops[n].data.send_status_from_server.status_details = &ctx->status_details;
   n++;
-  ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-  ops[n].data.recv_close_on_server.cancelled = &ctx->cancelled;
-  n++;
 
   ctx->code = reply->code;
   ctx->sequences = reply->sequences;
   memcpy(ctx->plan_id, reply->plan_id, sizeof ctx->plan_id);
   if (reply->code != PK_GRPC_OK)
     snprintf(ctx->note, sizeof ctx->note, "%s", reply->message);
-  ctx->finishing = 1;
-  grpc_call_error err = grpc_call_start_batch(ctx->call, ops, n, ctx, NULL);
+  grpc_call_error err = grpc_call_start_batch(ctx->call, ops, n, &ctx->t_final, NULL);
   if (err != GRPC_CALL_OK) {
     PK_LOG_ERROR("grpc_call_start_batch failed: grpc_call_error %d", (int)err);
     ctx->code = PK_GRPC_INTERNAL;
-    finish_call(ctx);
-  }
-}
-
-static int deadline_passed(const call_ctx_t *ctx) {
-  gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
-  gpr_timespec dl = gpr_convert_clock_type(ctx->deadline, GPR_CLOCK_MONOTONIC);
-  return gpr_time_cmp(dl, now) <= 0;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-  while (nanosleep(&ts, &ts) != 0) {
+    release(ctx);
   }
 }
 
@@ -279,7 +325,9 @@ static void run_handler(call_ctx_t *ctx, pk_reply_t *reply) {
       .metrics = s->metrics,
       .max_message_bytes = s->cfg.max_message_bytes,
       .plan_limits = {.max_sequences = (uint64_t)s->cfg.max_sequences,
-                      .max_plan_bytes = (uint64_t)s->cfg.max_plan_bytes},
+                      .max_plan_bytes = (uint64_t)s->cfg.max_plan_bytes,
+                      .should_stop = pk_call_stop_poll,
+                      .stop_arg = &ctx->stop},
       .serving = atomic_load(&s->serving),
       .now = pk_monotonic_seconds(),
       .store = s->store,
@@ -303,12 +351,76 @@ static void run_handler(call_ctx_t *ctx, pk_reply_t *reply) {
   grpc_slice_unref(bytes);
 }
 
-/* A new call arrived on a pending request: answer it. */
+/* On a planning worker: a Plan or GetRankPlan taken off the queue. */
+static void work_call(call_ctx_t *ctx) {
+  pk_grpc_server_t *s = ctx->srv;
+  pk_reply_t reply;
+  memset(&reply, 0, sizeof reply);
+  if (ctx->kind == K_PLAN && s->cfg.debug_delay_ms > 0)
+    pk_call_stop_sleep(&ctx->stop, s->cfg.debug_delay_ms);
+  if (pk_call_stop_poll(&ctx->stop)) {
+    if (pk_call_stop_reason(&ctx->stop) == PK_STOP_DEADLINE)
+      atomic_fetch_add(&s->metrics->deadline_skipped, 1);
+    pk_call_stop_reply(&ctx->stop, &reply, "before the server started the call", s->metrics);
+  } else {
+    run_handler(ctx, &reply);
+    if (reply.code != PK_GRPC_OK && pk_call_stop_reason(&ctx->stop) != PK_STOP_NONE) {
+      /* The planner returned PK_ECANCELED (or a stage that was stopped
+       * failed on that account): say why, and how long the stop took from
+       * its cause to the planner's return. */
+      pk_histogram_observe_seconds(&s->metrics->stop_seconds,
+                                   pk_monotonic_seconds() - atomic_load(&ctx->stop.t_stop));
+      pk_call_stop_reply(&ctx->stop, &reply, "while planning", s->metrics);
+      PK_LOG_INFO("plan of %llu sequences stopped (%s): %s", (unsigned long long)reply.sequences,
+                  pk_stop_reason_name(pk_call_stop_reason(&ctx->stop)), reply.message);
+    }
+  }
+  pk_work_queue_done(&s->queue, &ctx->work);
+  send_answer(ctx, &reply);
+}
+
+static void *worker_main(void *arg) {
+  pk_grpc_server_t *s = arg;
+  pk_work_item_t *it;
+  while ((it = pk_work_queue_pop(&s->queue)) != NULL)
+    work_call((call_ctx_t *)it);
+  return NULL;
+}
+
+/* The call's deadline on the monotonic clock of pk_monotonic_seconds(). */
+static double deadline_mono(const call_ctx_t *ctx) {
+  gpr_timespec dl = ctx->deadline;
+  if (gpr_time_cmp(dl, gpr_inf_future(dl.clock_type)) == 0)
+    return INFINITY;
+  gpr_timespec now = gpr_now(GPR_CLOCK_MONOTONIC);
+  gpr_timespec left = gpr_time_sub(gpr_convert_clock_type(dl, GPR_CLOCK_MONOTONIC), now);
+  return pk_monotonic_seconds() + (double)left.tv_sec + (double)left.tv_nsec * 1e-9;
+}
+
+/* On a completion-queue thread: a new call arrived on a pending request.
+ * Health and unknown methods are answered here (no planning, no blocking);
+ * Plan and GetRankPlan go to the admission queue. */
 static void start_call(call_ctx_t *ctx) {
   pk_grpc_server_t *s = ctx->srv;
   ctx->t_accept = pk_monotonic_seconds();
+  ctx->stop.deadline = ctx->kind == K_GENERIC ? INFINITY : deadline_mono(ctx);
+  ctx->no_payload = ctx->kind != K_GENERIC && ctx->payload == NULL;
   long inflight = (long)atomic_fetch_add(&s->metrics->inflight, 1) + 1;
   ctx->counted_inflight = 1;
+
+  /* The close op first: it reports a client that leaves while the call
+   * waits or plans. One reference for it, one for the answer. */
+  atomic_store(&ctx->refs, 2);
+  grpc_op close_op;
+  memset(&close_op, 0, sizeof close_op);
+  close_op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  close_op.data.recv_close_on_server.cancelled = &ctx->cancelled;
+  grpc_call_error err = grpc_call_start_batch(ctx->call, &close_op, 1, &ctx->t_close, NULL);
+  if (err != GRPC_CALL_OK) {
+    PK_LOG_ERROR("cannot watch a call for cancellation: grpc_call_error %d", (int)err);
+    atomic_store(&ctx->refs, 1);
+  }
+
   pk_reply_t reply;
   memset(&reply, 0, sizeof reply);
   if (ctx->kind == K_GENERIC) {
@@ -316,24 +428,41 @@ static void start_call(call_ctx_t *ctx) {
     pk_reply_error(&reply, PK_GRPC_UNIMPLEMENTED, "method %.120s is not implemented by packd",
                    path ? path : "?");
     gpr_free(path);
-  } else if (ctx->kind != K_HEALTH && inflight > s->cfg.max_inflight) {
+  } else if (ctx->kind == K_HEALTH) {
+    run_handler(ctx, &reply);
+  } else if (inflight > s->cfg.max_inflight) {
     atomic_fetch_add(&s->metrics->rejected_inflight, 1);
     pk_reply_error(&reply, PK_GRPC_RESOURCE_EXHAUSTED,
                    "server busy: %ld calls in flight, over --max-inflight %d; retry later",
                    inflight, s->cfg.max_inflight);
+  } else if (pk_server_stop_aborting(&s->stop)) {
+    pk_call_stop_set(&ctx->stop, PK_STOP_SHUTDOWN, atomic_load(&s->stop.t_abort));
+    pk_call_stop_reply(&ctx->stop, &reply, "before the server started the call", s->metrics);
   } else {
-    if (ctx->kind == K_PLAN && s->cfg.debug_delay_ms > 0)
-      sleep_ms(s->cfg.debug_delay_ms);
-    if (deadline_passed(ctx)) {
-      /* No work for a call nobody waits for any more. */
-      atomic_fetch_add(&s->metrics->deadline_skipped, 1);
-      pk_reply_error(&reply, PK_GRPC_DEADLINE_EXCEEDED,
-                     "the deadline passed before the server started the call");
-    } else {
-      run_handler(ctx, &reply);
-    }
+    int large = ctx->kind == K_PLAN && ctx->payload != NULL &&
+                (int64_t)grpc_byte_buffer_length(ctx->payload) >= s->cfg.large_request_bytes;
+    pk_work_queue_push(&s->queue, &ctx->work, large);
+    return;
   }
   send_answer(ctx, &reply);
+}
+
+/* On a completion-queue thread: the close op completed. When the client
+ * left before the answer was decided, the planner's poll sees the flag; a
+ * call still waiting in the queue is answered now instead of when a
+ * worker would reach it. */
+static void on_close(call_ctx_t *ctx) {
+  pk_grpc_server_t *s = ctx->srv;
+  if (ctx->cancelled && !atomic_load(&ctx->answered)) {
+    pk_call_stop_client_left(&ctx->stop, pk_monotonic_seconds());
+    if (pk_work_queue_remove(&s->queue, &ctx->work)) {
+      pk_reply_t reply;
+      memset(&reply, 0, sizeof reply);
+      pk_call_stop_reply(&ctx->stop, &reply, "while the call waited for a worker", s->metrics);
+      send_answer(ctx, &reply);
+    }
+  }
+  release(ctx);
 }
 
 /* Handles one completion-queue event. */
@@ -349,21 +478,30 @@ static void process_event(pk_grpc_server_t *s, grpc_event ev) {
       s->on_stopped(s->user);
     return;
   }
-  call_ctx_t *ctx = ev.tag;
-  if (ctx->finishing) {
-    finish_call(ctx);
-  } else if (!ev.success) {
-    /* The server is shutting down and failed this pending request. */
-    free_ctx(ctx);
-  } else {
-    /* Replace the request first, so another worker can take the next call
-     * of this method while this one is being answered. */
-    post_request(s, ctx->kind);
-    start_call(ctx);
+  ctx_tag_t *tag = ev.tag;
+  call_ctx_t *ctx = tag->ctx;
+  switch (tag->kind) {
+  case TAG_FINAL:
+    release(ctx);
+    break;
+  case TAG_CLOSE:
+    on_close(ctx);
+    break;
+  case TAG_REQUEST:
+    if (!ev.success) {
+      /* The server is shutting down and failed this pending request. */
+      free_ctx(ctx);
+    } else {
+      /* Replace the request first, so the next call of this method can be
+       * taken while this one is being handled. */
+      post_request(s, ctx->kind);
+      start_call(ctx);
+    }
+    break;
   }
 }
 
-static void *worker_main(void *arg) {
+static void *cq_main(void *arg) {
   pk_grpc_server_t *s = arg;
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
@@ -378,8 +516,8 @@ static void ignore_stopped(void *user) {
   (void)user;
 }
 
-/* Stops a started server that has no worker threads, on this thread, and
- * frees it. Only for failures during start-up. */
+/* Stops a started server that has no threads, on this thread, and frees
+ * it. Only for failures during start-up. */
 static void stop_inline(pk_grpc_server_t *s) {
   s->on_stopped = ignore_stopped;
   pk_grpc_server_shutdown(s);
@@ -418,13 +556,15 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
   s->metrics = metrics;
   s->on_stopped = on_stopped;
   s->user = user;
-  s->threads = calloc((size_t)cfg->workers, sizeof *s->threads);
-  if (s->threads == NULL) {
+  s->workers = calloc((size_t)cfg->workers, sizeof *s->workers);
+  if (s->workers == NULL) {
     free(s);
     return PK_ENOMEM;
   }
   atomic_init(&s->serving, true);
+  pk_server_stop_init(&s->stop);
   pthread_mutex_init(&s->mu, NULL);
+  pk_work_queue_init(&s->queue, pk_config_large_workers(cfg));
 
   int maxmsg = cfg->max_message_bytes > INT32_MAX ? INT32_MAX : (int)cfg->max_message_bytes;
   grpc_arg args[] = {
@@ -462,16 +602,18 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
            GRPC_QUEUE_SHUTDOWN) {
     }
     grpc_completion_queue_destroy(s->cq);
+    pk_work_queue_destroy(&s->queue);
     pthread_mutex_destroy(&s->mu);
-    free(s->threads);
+    free(s->workers);
     free(s);
     return PK_EINVAL;
   }
   *bound_port = port;
   grpc_server_start(s->server);
 
-  /* Pending requests: enough per method that every worker can take a call
-   * of any kind at once; a generic one catches unknown methods. */
+  /* Pending requests: a few per method, replaced as each call arrives (the
+   * completion-queue threads never block, so calls are taken at once); a
+   * generic one catches unknown methods. */
   int per_kind = cfg->workers < 2 ? 2 : cfg->workers;
   for (int k = 0; k < K_KINDS; k++) {
     int want = (k == K_PLAN || k == K_GET_RANK) ? per_kind : 2;
@@ -479,16 +621,38 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
       post_request(s, (kind_t)k);
   }
 
-  for (int i = 0; i < cfg->workers; i++) {
-    if (pthread_create(&s->threads[i], NULL, worker_main, s) != 0) {
+  for (int i = 0; i < PK_CQ_THREADS; i++) {
+    if (pthread_create(&s->cq_threads[i], NULL, cq_main, s) != 0)
+      break;
+    s->n_cq_threads++;
+  }
+  for (int i = 0; i < cfg->workers && s->n_cq_threads > 0; i++) {
+    if (pthread_create(&s->workers[i], NULL, worker_main, s) != 0) {
       PK_LOG_ERROR("could start only %d of %d workers", i, cfg->workers);
       break;
     }
-    s->nthreads++;
+    s->n_workers++;
   }
-  if (s->nthreads == 0) {
-    snprintf(err, errlen, "cannot start any worker thread");
-    stop_inline(s);
+  if (s->n_workers == 0) {
+    snprintf(err, errlen, "cannot start the server's threads");
+    if (s->n_cq_threads > 0) {
+      /* Threads poll the queue: stop through them. */
+      s->on_stopped = ignore_stopped;
+      pk_grpc_server_shutdown(s);
+      grpc_server_cancel_all_calls(s->server);
+      for (;;) {
+        pthread_mutex_lock(&s->mu);
+        int done = s->stopped_signalled;
+        pthread_mutex_unlock(&s->mu);
+        if (done)
+          break;
+        struct timespec ts = {0, 1000000L};
+        nanosleep(&ts, NULL);
+      }
+      pk_grpc_server_destroy(s);
+    } else {
+      stop_inline(s);
+    }
     return PK_ENOMEM;
   }
   *out = s;
@@ -524,19 +688,48 @@ void pk_grpc_server_shutdown(pk_grpc_server_t *s) {
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->shutdown_tag);
 }
 
+void pk_grpc_server_abort(pk_grpc_server_t *s) {
+  if (!pk_server_stop_abort(&s->stop))
+    return;
+  /* Running plans see the flag at their next poll. Calls still waiting for
+   * a worker are answered here, now. */
+  pk_work_item_t *it;
+  while ((it = pk_work_queue_take_any(&s->queue)) != NULL) {
+    call_ctx_t *ctx = (call_ctx_t *)it;
+    pk_call_stop_set(&ctx->stop, PK_STOP_SHUTDOWN, atomic_load(&s->stop.t_abort));
+    pk_reply_t reply;
+    memset(&reply, 0, sizeof reply);
+    pk_call_stop_reply(&ctx->stop, &reply, "while the call waited for a worker", s->metrics);
+    send_answer(ctx, &reply);
+  }
+}
+
 void pk_grpc_server_cancel_all(pk_grpc_server_t *s) {
   grpc_server_cancel_all_calls(s->server);
+}
+
+void pk_grpc_server_queue_stats(pk_grpc_server_t *s, int64_t *queued_small, int64_t *queued_large,
+                                int64_t *running_large) {
+  *queued_small = (int64_t)pk_work_queue_depth(&s->queue, 0);
+  *queued_large = (int64_t)pk_work_queue_depth(&s->queue, 1);
+  *running_large = pk_work_queue_running_large(&s->queue);
 }
 
 void pk_grpc_server_destroy(pk_grpc_server_t *s) {
   if (s == NULL)
     return;
+  /* Every call is finished (on_stopped ran): the workers wait on an empty
+   * queue and the completion-queue threads on a queue with no work left. */
+  pk_work_queue_close(&s->queue);
+  for (int i = 0; i < s->n_workers; i++)
+    pthread_join(s->workers[i], NULL);
   grpc_completion_queue_shutdown(s->cq);
-  for (int i = 0; i < s->nthreads; i++)
-    pthread_join(s->threads[i], NULL);
-  free(s->threads);
+  for (int i = 0; i < s->n_cq_threads; i++)
+    pthread_join(s->cq_threads[i], NULL);
+  free(s->workers);
   grpc_server_destroy(s->server);
   grpc_completion_queue_destroy(s->cq);
+  pk_work_queue_destroy(&s->queue);
   pthread_mutex_destroy(&s->mu);
   free(s);
 }

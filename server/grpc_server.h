@@ -1,5 +1,22 @@
-/* The gRPC side of packd on the gRPC C core API: one completion queue served
- * by several worker threads that also run the handlers (handlers.h).
+/* The gRPC side of packd on the gRPC C core API.
+ *
+ * Threads: two completion-queue threads poll the one completion queue (in
+ * gRPC core they also drive the network I/O) and never plan: they accept
+ * calls, answer Health/Check and unknown methods at once, learn when a
+ * client goes away, and put Plan and GetRankPlan calls on the admission
+ * queue (work_queue.h). --workers planning threads take calls from that
+ * queue and run the handlers (handlers.h); large Plans may use at most
+ * --large-workers of them. So Health is answered while every worker plans,
+ * and small calls always find a worker.
+ *
+ * Stopping a call: every call has a stop flag that the planner polls
+ * (pk_limits_t.should_stop). It is set when the client goes away (the
+ * RECV_CLOSE_ON_SERVER op, started as soon as the call arrives, reports it
+ * on a completion-queue thread), when the call's deadline passes (checked
+ * against the monotonic clock in the poll) and when the shutdown's grace
+ * period ends (pk_grpc_server_abort). A stopped call is answered and
+ * counted CANCELLED, DEADLINE_EXCEEDED or UNAVAILABLE, never as a request
+ * error; a queued call whose client left is answered at once.
  *
  * Methods: packd.v1.Planner/Plan, packd.v1.Planner/GetRankPlan and
  * grpc.health.v1.Health/Check are registered; a generic request is always
@@ -18,6 +35,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "config.h"
 #include "metrics.h"
@@ -48,8 +66,21 @@ bool pk_grpc_server_serving(const pk_grpc_server_t *s);
  * flight go on. Safe to call more than once. */
 void pk_grpc_server_shutdown(pk_grpc_server_t *s);
 
-/* Cancels every call still in flight (after the grace period). */
+/* The grace period is over: planning in flight stops (through the
+ * planner's stop poll, within about 100 ms) and is answered UNAVAILABLE
+ * ("the server is shutting down"), and every queued call is answered the
+ * same at once. Answers already decided are still sent. */
+void pk_grpc_server_abort(pk_grpc_server_t *s);
+
+/* Cancels every call still in flight at the transport (the client sees
+ * CANCELLED): the last resort after pk_grpc_server_abort, for answers that
+ * cannot be delivered, and the second signal. */
 void pk_grpc_server_cancel_all(pk_grpc_server_t *s);
+
+/* The admission queue for /metrics: calls waiting per lane, large Plans
+ * running. */
+void pk_grpc_server_queue_stats(pk_grpc_server_t *s, int64_t *queued_small, int64_t *queued_large,
+                                int64_t *running_large);
 
 /* Joins the workers and frees the server. Call only after on_stopped ran. */
 void pk_grpc_server_destroy(pk_grpc_server_t *s);

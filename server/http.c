@@ -14,8 +14,6 @@
 #include "pk_error.h"
 
 #define PK_HTTP_URL_MAX 2048
-#define PK_HTTP_IDLE_MS 10000
-#define PK_HTTP_MAX_CONNS 128
 
 typedef struct conn conn_t;
 
@@ -24,8 +22,10 @@ struct pk_http {
   uv_tcp_t server;
   pk_http_route_fn route;
   void *user;
-  conn_t *conns; /* Open connections, for closing at shutdown. */
+  conn_t *conns;      /* Open connections, newest first. */
+  conn_t *conns_tail; /* The oldest open connection. */
   int nconns;
+  pk_http_limits_t limits;
   int closing;
   int handles; /* Handles not yet closed by libuv (server + connections). */
 };
@@ -50,6 +50,9 @@ struct conn {
   pk_http_exchange_t ex;
   int open_handles;
   uv_write_t write_req;
+  struct sockaddr_storage peer; /* Address of the client (the port is ignored). */
+  uint64_t t_accept;            /* uv_now at accept, ms. */
+  uint64_t t_last;              /* uv_now at the last byte received, ms. */
 };
 
 static int on_url(http_parser *p, const char *at, size_t len);
@@ -108,6 +111,8 @@ static void conn_close(conn_t *c) {
     h->conns = c->next;
   if (c->next)
     c->next->prev = c->prev;
+  else
+    h->conns_tail = c->prev;
   h->nconns--;
   uv_timer_stop(&c->timer);
   uv_close((uv_handle_t *)&c->timer, on_conn_handle_closed);
@@ -236,6 +241,32 @@ static void send_answer(conn_t *c) {
     conn_close(c);
 }
 
+static uint64_t ms_of(double seconds) {
+  double ms = seconds * 1000.0;
+  return ms < 1.0 ? 1 : (uint64_t)ms;
+}
+
+static void on_timeout(uv_timer_t *t) {
+  conn_t *c = t->data;
+  if (c->ex.answered)
+    return;
+  if (c->http->limits.timed_out != NULL)
+    atomic_fetch_add(c->http->limits.timed_out, 1);
+  conn_close(c);
+}
+
+/* (Re)arms the connection's timer for the earlier of its two deadlines:
+ * the header deadline from accept, and the idle deadline from the last
+ * byte. */
+static void arm_timer(conn_t *c) {
+  pk_http_t *h = c->http;
+  uint64_t now = uv_now(h->loop);
+  uint64_t header_at = c->t_accept + ms_of(h->limits.header_timeout);
+  uint64_t idle_at = c->t_last + ms_of(h->limits.idle_timeout);
+  uint64_t at = header_at < idle_at ? header_at : idle_at;
+  uv_timer_start(&c->timer, on_timeout, at > now ? at - now : 0, 0);
+}
+
 static void on_alloc(uv_handle_t *handle, size_t suggested, uv_buf_t *buf) {
   (void)handle;
   size_t n = suggested < 4096 ? suggested : 4096;
@@ -251,15 +282,43 @@ static void on_read(uv_stream_t *stream, ssize_t nread, const uv_buf_t *buf) {
       conn_close(c);
     return;
   }
-  if (nread > 0 && !c->ex.answered && pk_http_exchange_feed(&c->ex, buf->base, (size_t)nread))
-    send_answer(c);
+  if (nread > 0 && !c->ex.answered) {
+    c->t_last = uv_now(c->http->loop);
+    if (pk_http_exchange_feed(&c->ex, buf->base, (size_t)nread))
+      send_answer(c);
+    else
+      arm_timer(c);
+  }
   free(buf->base);
 }
 
-static void on_idle(uv_timer_t *t) {
-  conn_t *c = t->data;
-  if (!c->ex.answered)
+/* Two peers are the same client address (the port differs per
+ * connection). */
+static int same_peer(const struct sockaddr_storage *a, const struct sockaddr_storage *b) {
+  if (a->ss_family != b->ss_family)
+    return 0;
+  if (a->ss_family == AF_INET)
+    return memcmp(&((const struct sockaddr_in *)a)->sin_addr,
+                  &((const struct sockaddr_in *)b)->sin_addr, sizeof(struct in_addr)) == 0;
+  if (a->ss_family == AF_INET6)
+    return memcmp(&((const struct sockaddr_in6 *)a)->sin6_addr,
+                  &((const struct sockaddr_in6 *)b)->sin6_addr, sizeof(struct in6_addr)) == 0;
+  return 1; /* Unknown families count as one peer. */
+}
+
+/* Closes the oldest connection (of `peer`, or of anyone when peer is NULL)
+ * that has not sent a complete request, to make room for a new one.
+ * Returns 0, or -1 when every such connection is already being answered. */
+static int evict_oldest(pk_http_t *h, const struct sockaddr_storage *peer) {
+  for (conn_t *c = h->conns_tail; c != NULL; c = c->prev) {
+    if (c->ex.answered || (peer != NULL && !same_peer(&c->peer, peer)))
+      continue;
+    if (h->limits.evicted != NULL)
+      atomic_fetch_add(h->limits.evicted, 1);
     conn_close(c);
+    return 0;
+  }
+  return -1;
 }
 
 static void on_connection(uv_stream_t *server, int status) {
@@ -276,18 +335,55 @@ static void on_connection(uv_stream_t *server, int status) {
   c->timer.data = c;
   c->open_handles = 2;
   h->handles++;
+  /* Accepted first, so that a refused connection leaves the backlog. */
+  int ok = uv_accept(server, (uv_stream_t *)&c->tcp) == 0;
+  int plen = sizeof c->peer;
+  if (ok && uv_tcp_getpeername(&c->tcp, (struct sockaddr *)&c->peer, &plen) != 0)
+    memset(&c->peer, 0, sizeof c->peer);
+  if (ok) {
+    int same = 0;
+    for (conn_t *o = h->conns; o != NULL; o = o->next)
+      same += same_peer(&o->peer, &c->peer);
+    if (same >= h->limits.max_conns_per_peer && evict_oldest(h, &c->peer) != 0)
+      ok = 0;
+    if (ok && h->nconns >= h->limits.max_conns && evict_oldest(h, NULL) != 0)
+      ok = 0;
+  }
   c->next = h->conns;
   if (h->conns)
     h->conns->prev = c;
+  else
+    h->conns_tail = c;
   h->conns = c;
   h->nconns++;
-  if (uv_accept(server, (uv_stream_t *)&c->tcp) != 0 || h->nconns > PK_HTTP_MAX_CONNS) {
+  if (!ok) {
     conn_close(c);
     return;
   }
   exchange_init(&c->ex, h->route, h->user);
-  uv_timer_start(&c->timer, on_idle, PK_HTTP_IDLE_MS, 0);
+  c->t_accept = c->t_last = uv_now(h->loop);
+  arm_timer(c);
   uv_read_start((uv_stream_t *)&c->tcp, on_alloc, on_read);
+}
+
+void pk_http_default_limits(pk_http_limits_t *limits) {
+  memset(limits, 0, sizeof *limits);
+  limits->max_conns = 256;
+  limits->max_conns_per_peer = 64;
+  limits->header_timeout = 5.0;
+  limits->idle_timeout = 2.0;
+}
+
+void pk_http_set_limits(pk_http_t *h, const pk_http_limits_t *limits) {
+  h->limits = *limits;
+  if (h->limits.max_conns < 1)
+    h->limits.max_conns = 1;
+  if (h->limits.max_conns_per_peer < 1)
+    h->limits.max_conns_per_peer = 1;
+}
+
+int pk_http_connections(const pk_http_t *h) {
+  return h != NULL ? h->nconns : 0;
 }
 
 static void on_server_closed(uv_handle_t *handle) {
@@ -321,12 +417,13 @@ int pk_http_start(uv_loop_t *loop, const char *hostport, pk_http_route_fn route,
   h->loop = loop;
   h->route = route;
   h->user = user;
+  pk_http_default_limits(&h->limits);
   uv_tcp_init(loop, &h->server);
   h->server.data = h;
   h->handles = 1;
   rc = uv_tcp_bind(&h->server, (const struct sockaddr *)&addr, 0);
   if (rc == 0)
-    rc = uv_listen((uv_stream_t *)&h->server, 128, on_connection);
+    rc = uv_listen((uv_stream_t *)&h->server, 511, on_connection);
   if (rc != 0) {
     snprintf(err, errlen, "cannot listen for metrics on %s: %s", hostport, uv_strerror(rc));
     h->closing = 1;

@@ -6,9 +6,10 @@
  *
  * Shutdown on SIGTERM or SIGINT: Health/Check and /readyz turn NOT_SERVING at
  * once; after --drain-delay the gRPC listener closes and calls in flight
- * finish; after --grace-period the calls still running are cancelled; when
- * the last call is gone the process exits 0. A second signal skips the
- * waiting and cancels at once. */
+ * finish; after --grace-period the planning still running is stopped and
+ * answered UNAVAILABLE (and a second later whatever is left is cancelled);
+ * when the last call is gone the process exits 0. A second signal skips the
+ * waiting and stops and cancels at once. */
 #include <grpc/grpc.h>
 #include <grpc/support/log.h>
 #include <signal.h>
@@ -42,7 +43,7 @@ typedef struct app {
   pk_grpc_server_t *grpc;
   pk_http_t *http;
   uv_signal_t sigterm, sigint;
-  uv_timer_t expire_timer, drain_timer, grace_timer;
+  uv_timer_t expire_timer, drain_timer, grace_timer, backstop_timer;
   uv_async_t stopped_async;
   int signals;         /* Signals received so far. */
   int listener_closed; /* pk_grpc_server_shutdown was called. */
@@ -64,6 +65,7 @@ static void close_handles(app_t *app) {
   uv_close((uv_handle_t *)&app->expire_timer, NULL);
   uv_close((uv_handle_t *)&app->drain_timer, NULL);
   uv_close((uv_handle_t *)&app->grace_timer, NULL);
+  uv_close((uv_handle_t *)&app->backstop_timer, NULL);
   uv_close((uv_handle_t *)&app->stopped_async, NULL);
   pk_http_close(app->http);
   app->http = NULL;
@@ -75,11 +77,29 @@ static void on_stopped_async(uv_async_t *a) {
   close_handles(app);
 }
 
+/* Time given to the answers of stopped calls to reach their clients before
+ * the transport cancels whatever is left. The planner stops within about
+ * 100 ms of its stop flag; the rest is for sending. */
+#define PK_SHUTDOWN_FLUSH_MS 1000
+
+static void on_backstop_timer(uv_timer_t *t) {
+  app_t *app = t->data;
+  long long left = (long long)atomic_load(&app->metrics.inflight);
+  if (left > 0)
+    PK_LOG_WARN("%lld calls still unanswered %dms after the grace period: cancelling them", left,
+                PK_SHUTDOWN_FLUSH_MS);
+  pk_grpc_server_cancel_all(app->grpc);
+}
+
 static void on_grace_timer(uv_timer_t *t) {
   app_t *app = t->data;
-  PK_LOG_WARN("grace period of %gs is over: cancelling %lld calls still in flight",
-              app->cfg.grace_period, (long long)atomic_load(&app->metrics.inflight));
-  pk_grpc_server_cancel_all(app->grpc);
+  long long left = (long long)atomic_load(&app->metrics.inflight);
+  if (left > 0)
+    PK_LOG_WARN("grace period of %gs is over: stopping %lld calls still in flight (answered "
+                "UNAVAILABLE)",
+                app->cfg.grace_period, left);
+  pk_grpc_server_abort(app->grpc);
+  uv_timer_start(&app->backstop_timer, on_backstop_timer, PK_SHUTDOWN_FLUSH_MS, 0);
 }
 
 static void close_listener(app_t *app) {
@@ -110,9 +130,10 @@ static void on_signal(uv_signal_t *h, int signum) {
     else
       close_listener(app);
   } else {
-    PK_LOG_WARN("received a second signal: cancelling every call now");
+    PK_LOG_WARN("received a second signal: stopping and cancelling every call now");
     pk_grpc_server_set_serving(app->grpc, false);
     close_listener(app);
+    pk_grpc_server_abort(app->grpc);
     pk_grpc_server_cancel_all(app->grpc);
   }
 }
@@ -149,7 +170,11 @@ static void route(void *user, const char *method, const char *path, pk_http_repl
         .max_inflight = app->cfg.max_inflight,
         .resident_bytes = pk_resident_bytes(),
         .store = app->store != NULL ? &ss : NULL,
+        .large_workers = pk_config_large_workers(&app->cfg),
+        .http_conns = pk_http_connections(app->http),
     };
+    pk_grpc_server_queue_stats(app->grpc, &view.queued_small, &view.queued_large,
+                               &view.running_large);
     char *text = NULL;
     size_t len = 0;
     if (pk_metrics_render(&app->metrics, &view, &text, &len) != PK_OK) {
@@ -268,6 +293,15 @@ int main(int argc, char **argv) {
     pk_plan_cache_destroy(app.cache);
     return 1;
   }
+  pk_http_limits_t hl = {
+      .max_conns = app.cfg.http_max_conns,
+      .max_conns_per_peer = app.cfg.http_max_conns_per_peer,
+      .header_timeout = app.cfg.http_header_timeout,
+      .idle_timeout = app.cfg.http_idle_timeout,
+      .evicted = &app.metrics.http_evicted,
+      .timed_out = &app.metrics.http_timed_out,
+  };
+  pk_http_set_limits(app.http, &hl);
 
   gpr_set_log_function(route_grpc_log);
   grpc_init();
@@ -296,7 +330,9 @@ int main(int argc, char **argv) {
   uv_timer_init(app.loop, &app.expire_timer);
   uv_timer_init(app.loop, &app.drain_timer);
   uv_timer_init(app.loop, &app.grace_timer);
+  uv_timer_init(app.loop, &app.backstop_timer);
   app.expire_timer.data = app.drain_timer.data = app.grace_timer.data = &app;
+  app.backstop_timer.data = &app;
   uv_timer_start(&app.expire_timer, on_expire_timer, 1000, 1000);
 
   char desc[1536], ghost[PK_HOSTPORT_MAX], mhost[PK_HOSTPORT_MAX];

@@ -188,6 +188,19 @@ static void render_store(sbuf_t *b, const pk_metrics_t *m, const pk_store_stats_
             k_seconds_bounds, PK_SECONDS_BUCKETS, 1e-9);
 }
 
+const char *pk_stop_reason_name(int reason) {
+  switch (reason) {
+  case PK_STOP_CANCELLED:
+    return "cancelled";
+  case PK_STOP_DEADLINE:
+    return "deadline";
+  case PK_STOP_SHUTDOWN:
+    return "shutdown";
+  default:
+    return "none";
+  }
+}
+
 int pk_metrics_render(const pk_metrics_t *m, const pk_metrics_view_t *view, char **out,
                       size_t *len) {
   sbuf_t b = {malloc(16384), 0, 16384, 0};
@@ -247,6 +260,33 @@ int pk_metrics_render(const pk_metrics_t *m, const pk_metrics_view_t *view, char
   header(&b, "packd_deadline_skipped_total", "counter",
          "Calls whose deadline had passed before work started; answered without planning.");
   sb_printf(&b, "packd_deadline_skipped_total %" PRIu64 "\n", ld(&m->deadline_skipped));
+
+  header(&b, "packd_stopped_total", "counter",
+         "Calls stopped before their answer was decided, by reason (planning stopped, or "
+         "taken out of the queue).");
+  for (int r = 1; r < PK_STOP_REASONS; r++)
+    sb_printf(&b, "packd_stopped_total{reason=\"%s\"} %" PRIu64 "\n", pk_stop_reason_name(r),
+              ld(&m->stopped[r]));
+  header(&b, "packd_stop_latency_seconds", "histogram",
+         "Time from a stop condition (client gone, deadline, end of grace) to the planner "
+         "returning.");
+  histogram(&b, "packd_stop_latency_seconds", "", &m->stop_seconds, k_seconds_bounds,
+            PK_SECONDS_BUCKETS, 1e-9);
+  header(&b, "packd_large_workers", "gauge", "Workers large Plans may use at once.");
+  sb_printf(&b, "packd_large_workers %d\n", view->large_workers);
+  header(&b, "packd_queued_calls", "gauge", "Calls waiting for a worker, by lane.");
+  sb_printf(&b, "packd_queued_calls{lane=\"small\"} %" PRId64 "\n", view->queued_small);
+  sb_printf(&b, "packd_queued_calls{lane=\"large\"} %" PRId64 "\n", view->queued_large);
+  header(&b, "packd_running_large_plans", "gauge", "Large Plans being planned.");
+  sb_printf(&b, "packd_running_large_plans %" PRId64 "\n", view->running_large);
+  header(&b, "packd_http_connections", "gauge", "Open connections on the metrics port.");
+  sb_printf(&b, "packd_http_connections %" PRId64 "\n", view->http_conns);
+  header(&b, "packd_http_evicted_total", "counter",
+         "Metrics-port connections without a complete request closed to make room for new ones.");
+  sb_printf(&b, "packd_http_evicted_total %" PRIu64 "\n", ld(&m->http_evicted));
+  header(&b, "packd_http_timed_out_total", "counter",
+         "Metrics-port connections closed by --http-header-timeout or --http-idle-timeout.");
+  sb_printf(&b, "packd_http_timed_out_total %" PRIu64 "\n", ld(&m->http_timed_out));
 
   if (view->cache != NULL) {
     const pk_cache_stats_t *cs = view->cache;

@@ -25,6 +25,19 @@ typedef enum {
   PK_METHOD_COUNT = 4,
 } pk_method_t;
 
+/* Why a call was stopped before its answer was decided (planning, queued
+ * or in the debug delay). */
+typedef enum {
+  PK_STOP_NONE = 0,
+  PK_STOP_CANCELLED = 1, /* The client cancelled or its connection went away. */
+  PK_STOP_DEADLINE = 2,  /* The call's deadline passed. */
+  PK_STOP_SHUTDOWN = 3,  /* The shutdown's grace period ended. */
+  PK_STOP_REASONS = 4,
+} pk_stop_reason_t;
+
+/* "cancelled", "deadline", "shutdown" (labels and logs); "none" for 0. */
+const char *pk_stop_reason_name(int reason);
+
 /* Histogram bucket upper bounds (the +Inf bucket is implied). */
 #define PK_SECONDS_BUCKETS 18
 #define PK_SEQ_BUCKETS 12
@@ -44,9 +57,13 @@ typedef struct pk_metrics {
   pk_histogram_t store_write_seconds;      /* Plan's write to the plan store. */
   pk_histogram_t store_read_seconds;       /* GetRankPlan's read from the plan store. */
   atomic_int_fast64_t inflight;
-  atomic_uint_fast64_t deadline_skipped;  /* Calls answered DEADLINE_EXCEEDED unplanned. */
-  atomic_uint_fast64_t rejected_inflight; /* Calls refused by --max-inflight. */
-  double start_time;                      /* Unix time of start-up. */
+  atomic_uint_fast64_t deadline_skipped;         /* Calls answered DEADLINE_EXCEEDED unplanned. */
+  atomic_uint_fast64_t rejected_inflight;        /* Calls refused by --max-inflight. */
+  atomic_uint_fast64_t stopped[PK_STOP_REASONS]; /* Calls stopped, by pk_stop_reason_t. */
+  pk_histogram_t stop_seconds;         /* From a stop condition to the planner returning. */
+  atomic_uint_fast64_t http_evicted;   /* Metrics-port connections closed to make room. */
+  atomic_uint_fast64_t http_timed_out; /* Metrics-port connections closed by a timeout. */
+  double start_time;                   /* Unix time of start-up. */
 } pk_metrics_t;
 
 /* What the renderer needs besides the counters. */
@@ -59,6 +76,11 @@ typedef struct pk_metrics_view {
   int max_inflight;
   int64_t resident_bytes;        /* < 0: unknown, left out. */
   const pk_store_stats_t *store; /* NULL: no plan store; its lines are left out. */
+  int large_workers;             /* Workers large Plans may use at once. */
+  int64_t queued_small;          /* Calls waiting for a worker, small lane. */
+  int64_t queued_large;          /* Calls waiting for a worker, large lane. */
+  int64_t running_large;         /* Large Plans being planned. */
+  int64_t http_conns;            /* Open metrics-port connections. */
 } pk_metrics_view_t;
 
 void pk_metrics_init(pk_metrics_t *m, double start_time);

@@ -75,6 +75,10 @@ int pk_compat_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t er
   }
   if ((rc = dp_assign(ctx, out->rank)) != 0 || (rc = make_rank_lists(ctx, out->rank, &rl)) != 0)
     goto fail;
+  if (pk_stopped(ctx)) {
+    rc = PK_ECANCELED;
+    goto fail;
+  }
   uint32_t fewest = UINT32_MAX;
   for (uint32_t r = 0; r < dp; r++)
     fewest = PK_MIN(fewest, rl.start[r + 1] - rl.start[r]);
@@ -108,6 +112,8 @@ int pk_compat_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t er
                      pk_micro_algo_name(cfg->micro_algo), r, cnt);
         goto fail;
       }
+      if (rc == 0 && pk_stopped(ctx))
+        rc = PK_ECANCELED; /* Polled per rank: one rank's packing is one pass. */
       if (rc != 0)
         goto fail;
       need = PK_MAX(need, got);

@@ -281,6 +281,8 @@ int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count) {
     s->bins_rt.t[s->bins_rt.leaves + i] = i < nbins ? pk_auto_bin_room(s, i) : 0;
   pk_tree_rebuild(&s->bins_rt);
   for (uint32_t j = 0; j < count; j++) {
+    if ((j + 1) % PK_STOP_EVERY == 0 && pk_stopped(s->ctx))
+      return PK_ECANCELED;
     uint32_t k = items[j];
     uint64_t need = s->ctx->cfg->mode == PK_MODE_PADDED ? 1 : PK_MAX(s->ctx->size[k], 1);
     uint32_t at = 0, tries = 0;
@@ -503,6 +505,10 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
    * (0: not bisecting). */
   uint32_t bis_lo = 0, bis_hi = 0;
   for (;;) {
+    if (pk_stopped(ctx)) {
+      rc = PK_ECANCELED;
+      goto done;
+    }
     if (m > max_m || m == 0) {
       rc = pk_fail(err, errlen, PK_EPRECOND,
                    "%u sequences cannot be packed for parallel.dp %u under batching.max_tokens "
@@ -666,10 +672,16 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
         rc = pk_auto_exact(&s, order, m, &exact);
       }
     }
+    if (rc == 0 && pk_stopped(ctx))
+      rc = PK_ECANCELED;
     if (rc == 0)
       rc = pk_auto_refine_columns(&s);
+    if (rc == 0 && pk_stopped(ctx))
+      rc = PK_ECANCELED;
     if (rc == 0)
       rc = pk_auto_lower_columns(&s);
+    if (rc == PK_ECANCELED)
+      goto done;
     if (rc != 0 && rc != PK_EPRECOND) {
       pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
       goto done;
@@ -701,6 +713,10 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
       m = bis_lo + (bis_hi - bis_lo) / cfg->group / 2 * cfg->group;
   }
 deal:
+  if (pk_stopped(ctx)) {
+    rc = PK_ECANCELED;
+    goto done;
+  }
   rc = deal_columns(&s, out);
   if (rc != 0)
     pk_fail(err, errlen, rc, "%u sequences: out of memory", n);

@@ -95,9 +95,14 @@ static int dp_lpt(const pk_ctx_t *ctx, uint32_t dp, bool equal, uint32_t *rank) 
   uint32_t nheap = dp;
   uint32_t lo = n / dp, extra = n % dp, used = 0;
 
+  uint32_t tick = 0;
   for (uint32_t t = 0; t < n; t++) {
     if (nheap == 0) {
       rc = PK_EINTERNAL;
+      goto done;
+    }
+    if (pk_stop_tick(ctx, &tick)) {
+      rc = PK_ECANCELED;
       goto done;
     }
     uint32_t r = heap[0];

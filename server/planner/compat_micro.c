@@ -239,8 +239,13 @@ static int ffd(const pk_ctx_t *ctx, const uint32_t *items, uint32_t m, const uin
     free(bins);
     return PK_ENOMEM;
   }
-  uint32_t nb = 0;
+  uint32_t nb = 0, tick = 0;
   for (uint32_t t = 0; t < m; t++) {
+    if (pk_stop_tick(ctx, &tick)) {
+      free(tree);
+      free(bins);
+      return PK_ECANCELED;
+    }
     uint32_t j = ord[t];
     uint64_t s = ctx->size[items[j]];
     uint32_t b;
@@ -418,7 +423,12 @@ static int mffd(const pk_ctx_t *ctx, const uint32_t *items, uint32_t m, const ui
     }
   }
   /* (4) */
+  uint32_t tick = 0;
   for (uint32_t b = 0; b < nb; b++) {
+    if (pk_stop_tick(ctx, &tick)) {
+      rc = PK_ECANCELED;
+      goto done;
+    }
     while (bin_room(ctx, &bins[b], &room)) {
       uint32_t t = largest_fit(&s, 0, m, room);
       if (t == MB_NONE)
@@ -434,6 +444,10 @@ static int mffd(const pk_ctx_t *ctx, const uint32_t *items, uint32_t m, const ui
   for (uint32_t i = nh / 2; i-- > 0;)
     pk_heap_down(heap, nh, i, load_before, &lo);
   for (uint32_t t = uf_find(s.nxt, 0); t < m; t = uf_find(s.nxt, t)) {
+    if (pk_stop_tick(ctx, &tick)) {
+      rc = PK_ECANCELED;
+      goto done;
+    }
     uint32_t k = items[ord[t]];
     if (nh > 0 && pk_bin_fits(ctx, &bins[heap[0]], k)) {
       uint32_t b = heap[0];

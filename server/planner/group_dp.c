@@ -428,6 +428,10 @@ int pk_group_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t err
   }
   if ((rc = groups_to_ranks(ctx, &g, grank)) != 0)
     goto done;
+  if (pk_stopped(ctx)) {
+    rc = PK_ECANCELED;
+    goto done;
+  }
 
   /* Each rank's items in item order (items) and by size descending (ord),
    * both at rstart[r] .. rstart[r + 1]; pos: item -> place in items. */
@@ -472,6 +476,8 @@ int pk_group_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t err
     for (uint32_t r = 0; r < dp; r++) {
       uint32_t s = rstart[r], cnt = rstart[r + 1] - s, got = 0;
       rc = pk_group_pack_rank(&pk, items + s, ord + s, pos, cnt, target, micro + s, &got);
+      if (rc == 0 && pk_stopped(ctx))
+        rc = PK_ECANCELED; /* Polled per rank: one rank's packing is one pass. */
       if (rc == PK_EPRECOND) {
         rc = pk_fail(err, errlen, PK_EPRECOND,
                      "batching.micro_algo %s cannot fit rank %u's %u sequences under the cap "

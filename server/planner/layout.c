@@ -173,6 +173,10 @@ int pk_build_add_mini_batch(pk_build_t *b, const pk_ctx_t *ctx, const pk_assign_
    * non-empty micro-batches, so each of the m columns pays it once, on
    * every plan alike. */
   b->step_lb += pk_step_lower_bound(ctx, m, plan_step) + (double)m * cfg->micro;
+  if (pk_stopped(ctx)) {
+    rc = PK_ECANCELED;
+    goto done;
+  }
 
   size_t off = b->nrecs;
   for (uint32_t r = 0; r < dp; r++) {
@@ -282,6 +286,7 @@ int pk_build_finish(pk_build_t *b, pk_plan_t **out, char *err, size_t errlen) {
 
   pk_stats_t *stats = &plan->stats;
   size_t mi = 0, so = 0, co = 0;
+  uint32_t tick = 0;
   for (uint32_t r = 0; r < dp; r++) {
     /* fixed_shape: every micro-batch of the rank as long as its longest. */
     uint64_t shape = 0;
@@ -351,6 +356,14 @@ int pk_build_finish(pk_build_t *b, pk_plan_t **out, char *err, size_t errlen) {
         mb->loss_scale = loss_total[m] > 0 ? (double)loss / loss_total[m] : 0.0;
         so += rec->nseqs;
         co += (size_t)rec->nseqs + 1;
+        /* A poll per 64 micro-batches (a few thousand sequences). */
+        if ((++tick % 64u) == 0 && pk_limits_stopped(b->limits)) {
+          pk_plan_free(plan);
+          free(rank_cost);
+          free(loss_total);
+          return pk_fail(err, errlen, PK_ECANCELED,
+                         "planning stopped by the caller while laying out the plan");
+        }
 
         rank_cost[r] += cost;
         stats->tokens += t;

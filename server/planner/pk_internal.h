@@ -78,10 +78,24 @@ typedef struct pk_ctx {
   const pk_limits_t *limits;
 } pk_ctx_t;
 
+/* True when the caller asked the planner to stop (limits may be NULL). */
+static inline bool pk_limits_stopped(const pk_limits_t *limits) {
+  return limits != NULL && limits->should_stop != NULL &&
+         limits->should_stop(limits->stop_arg) != 0;
+}
+
 /* True when the caller asked the planner to stop. */
 static inline bool pk_stopped(const pk_ctx_t *ctx) {
-  return ctx->limits != NULL && ctx->limits->should_stop != NULL &&
-         ctx->limits->should_stop(ctx->limits->stop_arg) != 0;
+  return pk_limits_stopped(ctx->limits);
+}
+
+/* For the body of a long loop: asks the caller once every PK_STOP_EVERY
+ * iterations (counted in *tick, which the loop owns and starts at 0), so
+ * that polling costs a counter increment per iteration. 4096 iterations of
+ * the planner's loops take well under a millisecond. */
+#define PK_STOP_EVERY 4096u
+static inline bool pk_stop_tick(const pk_ctx_t *ctx, uint32_t *tick) {
+  return (++*tick % PK_STOP_EVERY) == 0 && pk_stopped(ctx);
 }
 
 /* The running state of one micro-batch while it is being filled. */

@@ -29,10 +29,15 @@ typedef struct pk_build {
   uint32_t *scratch;   /* n entries. */
   uint32_t *bin_count; /* Grows with dp * M. */
   size_t bin_cap;
+  /* The caller's stop condition, or NULL; pk_build_finish polls it while
+   * it lays out micro-batches and returns PK_ECANCELED with nothing kept. */
+  const pk_limits_t *limits;
 } pk_build_t;
 
 int pk_build_init(pk_build_t *b, const pk_request_t *req, const pk_cfg_t *cfg);
-/* Adds one mini-batch. lb is its micro-batch lower bound per rank. */
+/* Adds one mini-batch. lb is its micro-batch lower bound per rank. Returns
+ * PK_ECANCELED when ctx's stop condition holds after the step-cost bound
+ * (its one costly part). */
 int pk_build_add_mini_batch(pk_build_t *b, const pk_ctx_t *ctx, const pk_assign_t *a, uint32_t lb);
 /* Lays out every micro-batch and computes stats. On success *out owns all
  * memory (pk_plan_free). */

@@ -184,9 +184,12 @@ typedef struct pk_limits {
   uint64_t max_sequences;  /* Sequences per request. */
   uint64_t max_plan_bytes; /* pk_plan_size_estimate of the encoded PlanResponse. */
   /* A cooperative stop: the planner calls should_stop(stop_arg) between its
-   * stages and inside its long loops (at least every few milliseconds of
-   * work), on the planning thread. A nonzero answer stops planning:
-   * pk_plan_limited frees everything it built and returns PK_ECANCELED.
+   * stages and inside its long loops (every 4096 iterations of a loop), on
+   * the planning thread. A nonzero answer stops planning: pk_plan_limited
+   * frees everything it built and returns PK_ECANCELED. The callback is
+   * not called again after its first nonzero answer. Some stages run
+   * between two polls for a while (sorts and bounds over the whole batch;
+   * several of AUTO's stages): a stop takes effect at the next poll.
    * The planner does no I/O and starts no thread; the callback decides
    * (an atomic flag, a deadline against a monotonic clock). It must be
    * cheap and must not call back into the planner. NULL: never stops. */

@@ -186,6 +186,23 @@ static int assign_mini_batch(const pk_ctx_t *ctx, pk_assign_t *a, uint32_t mini,
   return rc;
 }
 
+/* The caller's stop condition as the planner's stages see it: asked until
+ * its first nonzero answer and never again after it. A stage may then poll
+ * as often as it likes (a stopped inner loop and the stage around it both
+ * ask), the caller sees exactly one call that said stop, and an answer
+ * that flips back cannot restart planning half way. */
+typedef struct sticky_stop {
+  const pk_limits_t *user;
+  bool stopped;
+} sticky_stop_t;
+
+static int sticky_should_stop(void *arg) {
+  sticky_stop_t *s = arg;
+  if (!s->stopped)
+    s->stopped = s->user->should_stop(s->user->stop_arg) != 0;
+  return s->stopped;
+}
+
 int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen) {
   return pk_plan_limited(req, NULL, out, err, errlen);
 }
@@ -212,6 +229,15 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
 
   uint32_t n = (uint32_t)req->n;
   uint32_t nb = cfg.mini_batches;
+  sticky_stop_t sticky = {limits, false};
+  pk_limits_t stop_limits = {0};
+  const pk_limits_t *stages = NULL; /* What the stages poll; NULL: no stop. */
+  if (limits != NULL && limits->should_stop != NULL) {
+    stop_limits = *limits;
+    stop_limits.should_stop = sticky_should_stop;
+    stop_limits.stop_arg = &sticky;
+    stages = &stop_limits;
+  }
   pk_build_t bld = {0};
   uint32_t *order = pk_malloc_array(n, sizeof *order);
   uint32_t *start = pk_malloc_array((size_t)nb + 1, sizeof *start);
@@ -233,15 +259,11 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
     pk_fail(err, errlen, rc, "lengths: %u sequences: out of memory", n);
     goto done;
   }
+  bld.limits = stages;
 
   for (uint32_t b = 0; b < nb; b++) {
     uint32_t m = start[b + 1] - start[b];
     const uint32_t *idx = order + start[b];
-    for (uint32_t k = 0; k < m; k++) {
-      len[k] = req->lengths[idx[k]];
-      size[k] = pk_item_size(&cfg, len[k]);
-      cost[k] = pk_slot_cost(&cfg, size[k]);
-    }
     pk_ctx_t ctx = {.cfg = &cfg,
                     .n = m,
                     .idx = idx,
@@ -249,8 +271,16 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
                     .cost = cost,
                     .len = len,
                     .groups = req->groups,
-                    .limits = limits};
-    if (pk_stopped(&ctx)) {
+                    .limits = stages};
+    uint32_t tick = 0;
+    bool stop = pk_stopped(&ctx);
+    for (uint32_t k = 0; k < m && !stop; k++) {
+      len[k] = req->lengths[idx[k]];
+      size[k] = pk_item_size(&cfg, len[k]);
+      cost[k] = pk_slot_cost(&cfg, size[k]);
+      stop = pk_stop_tick(&ctx, &tick);
+    }
+    if (stop) {
       rc = pk_fail(err, errlen, PK_ECANCELED, "planning stopped by the caller at mini-batch %u", b);
       goto done;
     }
@@ -258,7 +288,14 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
       by_size[k] = k;
     pk_sort_by_cost_desc(&ctx, by_size, m);
     ctx.by_size = by_size;
-    ctx.micro_lb = pk_micro_lower_bound(&ctx);
+    /* The sort and the bound are each one pass of O(n log n) or less: a
+     * poll between them keeps a stop within one pass. */
+    if (!pk_stopped(&ctx))
+      ctx.micro_lb = pk_micro_lower_bound(&ctx);
+    if (pk_stopped(&ctx)) {
+      rc = pk_fail(err, errlen, PK_ECANCELED, "planning stopped by the caller at mini-batch %u", b);
+      goto done;
+    }
     pk_step_memo_t step_memo = {0};
     ctx.step_memo = &step_memo;
     pk_assign_t a = {.rank = arank, .micro = amicro, .pos = apos, .nmicro = 0};
@@ -268,8 +305,10 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
       rc = pk_fail(err, errlen, PK_ECANCELED, "planning stopped by the caller at mini-batch %u", b);
       goto done;
     }
-    if ((rc = pk_build_add_mini_batch(&bld, &ctx, &a, pk_micro_lower_bound(&ctx))) != 0) {
-      if (rc == PK_ENOMEM)
+    if ((rc = pk_build_add_mini_batch(&bld, &ctx, &a, ctx.micro_lb)) != 0) {
+      if (rc == PK_ECANCELED)
+        pk_fail(err, errlen, rc, "planning stopped by the caller at mini-batch %u", b);
+      else if (rc == PK_ENOMEM)
         pk_fail(err, errlen, rc, "mini-batch %u: out of memory", b);
       else
         pk_fail(err, errlen, rc, "mini-batch %u: internal error while building the plan", b);

@@ -174,21 +174,43 @@ static void test_limits_boundary(void **state) {
 
 /* Stopping at every poll the planner makes (the first 300, then a sample)
  * returns PK_ECANCELED with no plan and nothing leaked (ASan), for AUTO,
- * PADDED, a compatibility pair and several mini-batches; a callback that
- * never fires changes nothing. */
+ * PADDED, compatibility pairs (also past PK_STOP_EVERY sequences, where
+ * the loops poll), groups_on_rank and several mini-batches; the callback is
+ * not asked again after it said stop; a callback that never fires changes
+ * nothing. */
 static void test_stop_at_every_poll(void **state) {
   (void)state;
   test_rng_t rng = {11};
-  enum { N = 2000 };
-  uint32_t *lengths = malloc(N * sizeof *lengths);
+  enum { N = 2000, N_LONG = 20000 };
+  uint32_t *lengths = malloc(N_LONG * sizeof *lengths);
+  uint64_t *groups = malloc(N * sizeof *groups);
   assert_non_null(lengths);
-  for (uint32_t i = 0; i < N; i++)
+  assert_non_null(groups);
+  for (uint32_t i = 0; i < N_LONG; i++)
     lengths[i] = test_rl_length(&rng, 4096);
-  for (int variant = 0; variant < 4; variant++) {
-    pk_request_t req = {.lengths = lengths, .n = N};
+  for (uint32_t i = 0; i < N; i++)
+    groups[i] = i / 8;
+  /* Variants 4 to 6 have more sequences than PK_STOP_EVERY, so that the
+   * polls inside long loops (size pass, LPT, first fit, layout) fire too. */
+  for (int variant = 0; variant < 7; variant++) {
+    pk_request_t req = {.lengths = lengths, .n = variant >= 4 ? N_LONG : N};
+    if (variant == 4) {
+      req.batching.dp_balance = PK_DP_LPT;
+      req.batching.micro_algo = PK_MICRO_FFD;
+    }
+    if (variant == 6) {
+      req.groups = groups;
+      req.n_groups = N;
+      req.n = N;
+      req.batching.groups_on_rank = true;
+    }
     req.parallel.dp = 8;
     req.batching.max_tokens = 16384;
     req.batching.mini_batches = variant == 3 ? 4 : 1;
+    if (variant == 5) {
+      req.batching.dp_balance = PK_DP_KK;
+      req.batching.micro_algo = PK_MICRO_MFFD;
+    }
     if (variant == 1)
       req.batching.mode = PK_MODE_PADDED;
     if (variant == 2) {
@@ -220,6 +242,7 @@ static void test_stop_at_every_poll(void **state) {
     }
   }
   free(lengths);
+  free(groups);
 }
 
 int main(void) {

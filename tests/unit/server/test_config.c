@@ -286,6 +286,56 @@ static void test_plan_limit_flags(void **state) {
   assert_non_null(strstr(err, "max-sequences"));
 }
 
+static void test_admission_and_http_flags(void **state) {
+  (void)state;
+  pk_server_config_t cfg;
+  char err[256];
+  const char *argv[] = {"packd", "--workers", "4"};
+  assert_int_equal(load(&cfg, NULL, 3, argv, err, sizeof err), PK_OK);
+  assert_int_equal(cfg.large_request_bytes, 1LL << 20);
+  assert_int_equal(cfg.large_workers, 0);
+  assert_int_equal(pk_config_large_workers(&cfg), 3); /* workers - 1 */
+  assert_int_equal(cfg.http_max_conns, 256);
+  assert_int_equal(cfg.http_max_conns_per_peer, 64);
+  assert_true(cfg.http_header_timeout == 5.0);
+  assert_true(cfg.http_idle_timeout == 2.0);
+  const char *one[] = {"packd", "--workers", "1"};
+  assert_int_equal(load(&cfg, NULL, 3, one, err, sizeof err), PK_OK);
+  assert_int_equal(pk_config_large_workers(&cfg), 1); /* never below 1 */
+  const char *const env[] = {"PACKD_LARGE_WORKERS",
+                             "9",
+                             "PACKD_LARGE_REQUEST_BYTES",
+                             "4M",
+                             "PACKD_HTTP_MAX_CONNS",
+                             "32",
+                             "PACKD_HTTP_MAX_CONNS_PER_PEER",
+                             "8",
+                             "PACKD_HTTP_HEADER_TIMEOUT",
+                             "750ms",
+                             "PACKD_HTTP_IDLE_TIMEOUT",
+                             "0.25",
+                             NULL};
+  const char *two[] = {"packd", "--workers", "2"};
+  assert_int_equal(load(&cfg, env, 3, two, err, sizeof err), PK_OK);
+  assert_int_equal(cfg.large_request_bytes, 4LL << 20);
+  assert_int_equal(pk_config_large_workers(&cfg), 2); /* never above the workers */
+  assert_int_equal(cfg.http_max_conns, 32);
+  assert_int_equal(cfg.http_max_conns_per_peer, 8);
+  assert_true(cfg.http_header_timeout == 0.75);
+  assert_true(cfg.http_idle_timeout == 0.25);
+  char desc[1536];
+  pk_config_describe(&cfg, desc, sizeof desc);
+  assert_non_null(strstr(desc, "large_workers=2"));
+  assert_non_null(strstr(desc, "http_idle_timeout=0.25s"));
+  const char *bad_timeout[] = {"packd", "--http-header-timeout", "0"};
+  assert_int_equal(load(&cfg, NULL, 3, bad_timeout, err, sizeof err), PK_EINVAL);
+  assert_non_null(strstr(err, "--http-header-timeout"));
+  const char *const bad_env[] = {"PACKD_HTTP_MAX_CONNS_PER_PEER", "0", NULL};
+  assert_int_equal(load(&cfg, bad_env, 1, argv, err, sizeof err), PK_EINVAL);
+  assert_non_null(strstr(err, "PACKD_HTTP_MAX_CONNS_PER_PEER"));
+  assert_non_null(strstr(err, "\"0\""));
+}
+
 static void test_log_levels(void **state) {
   (void)state;
   pk_log_level_t lv;
@@ -315,6 +365,7 @@ int main(void) {
       cmocka_unit_test(test_plan_store_flags),
       cmocka_unit_test(test_log_levels),
       cmocka_unit_test(test_plan_limit_flags),
+      cmocka_unit_test(test_admission_and_http_flags),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -16,7 +16,7 @@
 #include "pk_error.h"
 
 static char *render(const pk_metrics_t *m, const pk_cache_stats_t *cs, bool serving) {
-  pk_metrics_view_t v = {cs, serving, "9.9.9", "29.0.0", 2, 64, 12345, NULL};
+  pk_metrics_view_t v = {cs, serving, "9.9.9", "29.0.0", 2, 64, 12345, NULL, 1, 3, 2, 1, 5};
   char *text = NULL;
   size_t len = 0;
   assert_int_equal(pk_metrics_render(m, &v, &text, &len), PK_OK);
@@ -194,7 +194,7 @@ static void test_plan_store_lines(void **state) {
                          .reads_corrupt = 1,
                          .corrupt = 1,
                          .outages = 1};
-  pk_metrics_view_t v = {NULL, true, "9.9.9", "29.0.0", 2, 64, -1, &st};
+  pk_metrics_view_t v = {NULL, true, "9.9.9", "29.0.0", 2, 64, -1, &st, 1, 0, 0, 0, 0};
   size_t len;
   assert_int_equal(pk_metrics_render(&m, &v, &t, &len), PK_OK);
   assert_true(value_of(t, "packd_plan_store_up{store=\"redis://h:6379/0\"}") == 0);
