@@ -12,6 +12,7 @@
 
 #include "pk_error.h"
 #include "pk_planner.h"
+#include "security.h"
 #include "store_format.h"
 
 _Static_assert(PK_CONFIG_URL_MAX == PK_STORE_URL_MAX, "one URL bound");
@@ -73,6 +74,17 @@ static const setting_t k_settings[] = {
      OFF(plan_store_password_file), 0, 0, "file whose first line is the store's password"},
     {"plan-store-prefix", "PACKD_PLAN_STORE_PREFIX", K_PREFIX, OFF(plan_store_prefix), 0, 0,
      "prefix of every key packd writes to the store"},
+    /* Security (tls.h, auth.h, plan_id.h): files read at start-up; the token
+     * file again on SIGHUP. */
+    {"tls-cert", "PACKD_TLS_CERT", K_PATH, OFF(tls_cert), 0, 0,
+     "PEM certificate chain: gRPC is served over TLS (needs --tls-key)"},
+    {"tls-key", "PACKD_TLS_KEY", K_PATH, OFF(tls_key), 0, 0, "PEM private key of --tls-cert"},
+    {"tls-client-ca", "PACKD_TLS_CLIENT_CA", K_PATH, OFF(tls_client_ca), 0, 0,
+     "PEM CA certificates: clients must present a certificate they signed (mTLS)"},
+    {"auth-token-file", "PACKD_AUTH_TOKEN_FILE", K_PATH, OFF(auth_token_file), 0, 0,
+     "file of accepted bearer tokens, one a line; re-read on SIGHUP"},
+    {"plan-id-secret-file", "PACKD_PLAN_ID_SECRET_FILE", K_PATH, OFF(plan_id_secret_file), 0, 0,
+     "secret that keys plan ids, shared by the replicas of one plan store"},
     {"debug-delay-ms", "PACKD_DEBUG_DELAY_MS", K_INT, OFF(debug_delay_ms), 0, 600000,
      "testing only: sleep this long before handling each Plan"},
     {"help", NULL, K_FLAG, OFF(show_help), 0, 0, "print this text and exit"},
@@ -367,7 +379,10 @@ int pk_config_load(pk_server_config_t *cfg, int argc, char *const *argv, pk_gete
     if (rc != PK_OK)
       return rc;
   }
-  return check_plan_store(cfg, err, errlen);
+  int rc = check_plan_store(cfg, err, errlen);
+  if (rc != PK_OK)
+    return rc;
+  return pk_security_check(cfg, err, errlen);
 }
 
 void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len) {

@@ -139,7 +139,7 @@ static void load_usage(FILE *f) {
         "  --sample N            sequences per request, sampled from the input\n"
         "  --distinct K          different samples cycled through (default 16)\n"
         "  --seed X              request seed and first sample seed (default 0)\n"
-        "  --timeout S           deadline per call (default 30)\n"
+        "  --timeout S           deadline per call (default 30)\n" PACKCTL_CONN_USAGE
         "  --format FORMAT       table (default) or json\n"
         "\n"
         "Field flags set request fields as in packctl plan, by proto field name with\n"
@@ -236,6 +236,11 @@ static int build_requests(const load_opts_t *o, int argc, char **argv, shared_t 
     int is_own = 0;
     for (size_t k = 0; k < sizeof own / sizeof own[0]; k++)
       is_own |= strcmp(name, own[k]) == 0;
+    if (packctl_conn_is_option(name)) {
+      if (v == NULL)
+        i++; /* Its value; parse_opts took it. */
+      continue;
+    }
     if (is_own) {
       if (v == NULL)
         i++; /* Skip its value; parse_opts checked it. */
@@ -326,7 +331,12 @@ static int parse_opts(int argc, char **argv, load_opts_t *o) {
     if (packctl_next_flag(argc, argv, &i, !(known_field && is_bool), name, sizeof name, &v) != 0)
       return usage_err("--%s needs a value", name);
     uint64_t u;
-    if (strcmp(name, "server") == 0) {
+    int conn = packctl_conn_option(name, v, err, sizeof err);
+    if (conn < 0)
+      return usage_err("%s", err);
+    if (conn > 0) {
+      continue;
+    } else if (strcmp(name, "server") == 0) {
       o->server = v;
     } else if (strcmp(name, "lengths") == 0) {
       o->lengths = v;
@@ -457,6 +467,7 @@ int packctl_cmd_load(int argc, char **argv) {
   }
   pk_client_options_t copts;
   pk_client_options_default(&copts);
+  packctl_conn_apply(&copts);
   copts.timeout_s = o.timeout_s;
   char err[512];
   for (int t = 0; t < o.concurrency; t++) {

@@ -74,6 +74,7 @@ enum {
   OPT_SAVE_RESPONSE,
   OPT_DRY_RUN,
   OPT_HELP,
+  OPT_CONN,         /* --tls-ca, --tls-cert, --tls-key, --token-file (packctl_remote.h). */
   OPT_FIELD = 1000, /* OPT_FIELD + index into field_flags. */
 };
 
@@ -106,7 +107,7 @@ static void plan_usage(FILE *f) {
         "where to plan:\n"
         "  --local               plan in this process (planner linked in)\n"
         "  --server HOST:PORT    plan on a packd server (default: $PACKD_TARGET)\n"
-        "  --timeout SECONDS     deadline for --server (default 30)\n"
+        "  --timeout SECONDS     deadline for --server (default 30)\n" PACKCTL_CONN_USAGE
         "  --dry-run             build (and --save-request) the request, do not plan\n"
         "\n"
         "input and output:\n"
@@ -152,7 +153,7 @@ static bool field_is_bool(const field_flag_t *ff) {
 /* Parses argv into opts; returns PACKCTL_EXIT_OK, or an exit status after
  * printing a message (help prints and returns -1 for "done, exit 0"). */
 static int parse_opts(int argc, char **argv, plan_opts_t *o) {
-  static struct option long_opts[N_FIELD_FLAGS + 16];
+  static struct option long_opts[N_FIELD_FLAGS + 24];
   static const struct option fixed[] = {
       {"local", no_argument, NULL, OPT_LOCAL},
       {"server", required_argument, NULL, OPT_SERVER},
@@ -166,6 +167,10 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
       {"save-response", required_argument, NULL, OPT_SAVE_RESPONSE},
       {"dry-run", no_argument, NULL, OPT_DRY_RUN},
       {"help", no_argument, NULL, OPT_HELP},
+      {"tls-ca", required_argument, NULL, OPT_CONN},
+      {"tls-cert", required_argument, NULL, OPT_CONN},
+      {"tls-key", required_argument, NULL, OPT_CONN},
+      {"token-file", required_argument, NULL, OPT_CONN},
   };
   size_t k = 0;
   for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
@@ -206,6 +211,10 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
       break;
     case OPT_SERVER:
       o->server = optarg;
+      break;
+    case OPT_CONN:
+      if (packctl_conn_option(long_opts[idx].name, optarg, err, sizeof err) < 0)
+        return usage_error("%s", err);
       break;
     case OPT_TIMEOUT: {
       char *end = NULL;

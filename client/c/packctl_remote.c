@@ -30,6 +30,29 @@ const char *packctl_server_address(const char *flag) {
   return NULL;
 }
 
+/* The connection flags of this packctl run (one command per process). */
+static pk_client_options_t g_conn;
+
+int packctl_conn_option(const char *name, const char *value, char *err, size_t errlen) {
+  int rc = pk_client_options_set(&g_conn, name, value, err, errlen);
+  return rc < 0 ? -1 : rc;
+}
+
+bool packctl_conn_is_option(const char *name) {
+  pk_client_options_t scratch;
+  char err[8];
+  memset(&scratch, 0, sizeof scratch);
+  return pk_client_options_set(&scratch, name, "x", err, sizeof err) == 1;
+}
+
+void packctl_conn_apply(pk_client_options_t *opts) {
+  opts->tls_ca = g_conn.tls_ca;
+  opts->tls_cert = g_conn.tls_cert;
+  opts->tls_key = g_conn.tls_key;
+  opts->token_file = g_conn.token_file;
+  pk_client_options_from_env(opts);
+}
+
 int packctl_parse_seconds(const char *text, double *out) {
   if (text == NULL || text[0] == '\0')
     return -1;
@@ -67,6 +90,7 @@ int packctl_plan_remote(const char *server, double timeout_s, const Packd__V1__P
   *resp = NULL;
   pk_client_options_t opts;
   pk_client_options_default(&opts);
+  packctl_conn_apply(&opts);
   if (timeout_s > 0)
     opts.timeout_s = timeout_s;
   pk_client_t *c = NULL;
@@ -93,7 +117,7 @@ static void rank_plan_usage(FILE *f) {
         "  --server HOST:PORT   the packd server (default: $PACKD_TARGET)\n"
         "  --plan-id ID         plan_id of a PlanResponse\n"
         "  --rank R             the DP rank (0-based)\n"
-        "  --timeout SECONDS    deadline (default 30)\n"
+        "  --timeout SECONDS    deadline (default 30)\n" PACKCTL_CONN_USAGE
         "  --format FORMAT      json (default) or summary\n"
         "\n"
         "exit status: 0 ok, 1 the server refused: NOT_FOUND (the plan left the cache,\n"
@@ -150,7 +174,12 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
     const char *v;
     if (packctl_next_flag(argc, argv, &i, true, name, sizeof name, &v) != 0)
       return usage_err(cmd, "--%s needs a value", name);
-    if (strcmp(name, "server") == 0) {
+    int conn = packctl_conn_option(name, v, err, sizeof err);
+    if (conn < 0)
+      return usage_err(cmd, "%s", err);
+    if (conn > 0) {
+      continue;
+    } else if (strcmp(name, "server") == 0) {
       server = v;
     } else if (strcmp(name, "plan-id") == 0) {
       plan_id = v;
@@ -179,6 +208,7 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
 
   pk_client_options_t opts;
   pk_client_options_default(&opts);
+  packctl_conn_apply(&opts);
   opts.timeout_s = timeout_s;
   pk_client_t *c = NULL;
   if (pk_client_open(server, &opts, &c, err, sizeof err) != PK_OK) {
@@ -217,7 +247,7 @@ static void health_usage(FILE *f) {
         "\n"
         "Calls grpc.health.v1.Health/Check and prints SERVING or NOT_SERVING.\n"
         "  --service NAME      \"\" (default: the whole server) or packd.v1.Planner\n"
-        "  --timeout SECONDS   deadline (default 5)\n"
+        "  --timeout SECONDS   deadline (default 5)\n" PACKCTL_CONN_USAGE
         "  --wait SECONDS      keep asking until SERVING or this much time passed\n"
         "                      (for scripts that just started the server)\n"
         "\n"
@@ -241,6 +271,12 @@ int packctl_cmd_health(int argc, char **argv) {
     const char *v;
     if (packctl_next_flag(argc, argv, &i, true, name, sizeof name, &v) != 0)
       return usage_err(cmd, "--%s needs a value", name);
+    char cerr[256];
+    int conn = packctl_conn_option(name, v, cerr, sizeof cerr);
+    if (conn < 0)
+      return usage_err(cmd, "%s", cerr);
+    if (conn > 0)
+      continue;
     if (strcmp(name, "server") == 0)
       server = v;
     else if (strcmp(name, "service") == 0)
@@ -260,6 +296,7 @@ int packctl_cmd_health(int argc, char **argv) {
     return usage_err(cmd, "missing --server HOST:PORT (or $PACKD_TARGET)");
   pk_client_options_t opts;
   pk_client_options_default(&opts);
+  packctl_conn_apply(&opts);
   opts.timeout_s = timeout_s;
   char err[512];
   int serving = 0;

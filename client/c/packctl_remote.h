@@ -10,6 +10,33 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Connection security, shared by every subcommand that talks to a server:
+ * --tls-ca, --tls-cert, --tls-key and --token-file (pk_client.h), with
+ * $PACKD_TLS_CA, $PACKD_TLS_CERT, $PACKD_TLS_KEY and $PACKD_TOKEN_FILE as
+ * fallbacks. A parser calls packctl_conn_option for each flag it does not
+ * know itself; packctl_conn_apply copies what was given into the options
+ * before pk_client_open. The values are kept by pointer (argv outlives the
+ * command). */
+#define PACKCTL_CONN_USAGE                                                                         \
+  "  --tls-ca FILE         PEM CAs that verify the server's certificate: use TLS\n"                \
+  "                        (default: $PACKD_TLS_CA)\n"                                             \
+  "  --tls-cert FILE       PEM client certificate for mTLS (default: $PACKD_TLS_CERT)\n"           \
+  "  --tls-key FILE        PEM key of --tls-cert (default: $PACKD_TLS_KEY)\n"                      \
+  "  --token-file FILE     send the file's first token as a bearer token\n"                        \
+  "                        (default: $PACKD_TOKEN_FILE)\n"
+
+/* Returns 1 when name (without dashes) is a connection flag and was taken,
+ * 0 when it is not one, -1 with a message in err for a bad value. */
+int packctl_conn_option(const char *name, const char *value, char *err, size_t errlen);
+
+/* True when name is a connection flag (for parsers that skip known flags). */
+bool packctl_conn_is_option(const char *name);
+
+/* Copies the connection flags given so far, then the environment's, into
+ * opts (which holds pk_client_options_default). */
+struct pk_client_options;
+void packctl_conn_apply(struct pk_client_options *opts);
+
 /* The server address: `flag` when given, else $PACKD_TARGET, else
  * $PACKD_SERVER, else NULL. */
 const char *packctl_server_address(const char *flag);
