@@ -407,6 +407,13 @@ void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len) {
   if (used < len)
     snprintf(buf + used, len - used, " max_sequences=%d max_plan_bytes=%" PRId64,
              cfg->max_sequences, cfg->max_plan_bytes);
+  /* Security: what is on, never a file's contents. */
+  used = strnlen(buf, len);
+  if (used < len)
+    snprintf(buf + used, len - used, " tls=%s auth=%s plan_id_key=%s",
+             cfg->tls_cert[0] == '\0' ? "off" : (cfg->tls_client_ca[0] != '\0' ? "mtls" : "tls"),
+             cfg->auth_token_file[0] != '\0' ? "token" : "off",
+             cfg->plan_id_secret_file[0] != '\0' ? "file" : "random");
 }
 
 void pk_config_usage(FILE *out, const char *argv0) {

@@ -482,9 +482,6 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
     return PK_EINVAL;
   }
   *bound_port = port;
-  char sec_line[128];
-  pk_security_describe(s->security, sec_line, sizeof sec_line);
-  PK_LOG_INFO("gRPC security: %s", sec_line);
   grpc_server_start(s->server);
 
   /* Pending requests: enough per method that every worker can take a call

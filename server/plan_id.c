@@ -26,7 +26,6 @@
 struct pk_plan_id_key {
   EVP_MAC *mac;
   EVP_MAC_CTX *prepared; /* Initialised with the key; duplicated per id. */
-  int from_file;
 };
 
 /* Reads the secret of `path` into buf; *len gets its length after trimming
@@ -97,7 +96,6 @@ int pk_plan_id_key_create(const char *path, pk_plan_id_key_t **out, char *err, s
     snprintf(err, errlen, "out of memory");
     return PK_ENOMEM;
   }
-  k->from_file = from_file;
   k->mac = EVP_MAC_fetch(NULL, OSSL_MAC_NAME_HMAC, NULL);
   k->prepared = k->mac != NULL ? EVP_MAC_CTX_new(k->mac) : NULL;
   OSSL_PARAM params[] = {
@@ -181,10 +179,6 @@ void pk_plan_id_for(const pk_plan_id_key_t *key, const Packd__V1__PlanRequest *m
     pk_plan_id_keyed(key, msg, id, idlen);
   else
     pk_codec_plan_id(msg, id, idlen);
-}
-
-const char *pk_plan_id_key_source(const pk_plan_id_key_t *key) {
-  return key->from_file ? "file" : "random";
 }
 
 void pk_plan_id_key_destroy(pk_plan_id_key_t *key) {

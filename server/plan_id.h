@@ -51,9 +51,6 @@ void pk_plan_id_keyed(const pk_plan_id_key_t *key, const Packd__V1__PlanRequest 
 void pk_plan_id_for(const pk_plan_id_key_t *key, const Packd__V1__PlanRequest *msg, char *id,
                     size_t idlen);
 
-/* "file" or "random", for the start-up line. */
-const char *pk_plan_id_key_source(const pk_plan_id_key_t *key);
-
 /* NULL is allowed. */
 void pk_plan_id_key_destroy(pk_plan_id_key_t *key);
 

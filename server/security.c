@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "auth.h"
+#include "log.h"
 #include "pk_error.h"
 #include "plan_id.h"
 #include "tls.h"
@@ -62,6 +63,10 @@ int pk_security_open(const pk_server_config_t *cfg, pk_security_t **out, char *e
       return rc;
     }
   }
+  if (cfg->plan_store[0] != '\0' && cfg->plan_id_secret_file[0] == '\0')
+    PK_LOG_WARN("--plan-store is set without --plan-id-secret-file: this replica keys plan ids "
+                "with a random secret of its own, so other replicas cannot answer GetRankPlan "
+                "for its plans; give every replica the same secret file");
   rc = pk_plan_id_key_create(cfg->plan_id_secret_file, &sec->key, why, sizeof why);
   if (rc != PK_OK) {
     snprintf(err, errlen, "--plan-id-secret-file: %s", why);
@@ -109,11 +114,6 @@ int pk_security_reload(pk_security_t *sec, char *msg, size_t msglen) {
 
 const pk_plan_id_key_t *pk_security_plan_id_key(const pk_security_t *sec) {
   return sec->key;
-}
-
-void pk_security_describe(const pk_security_t *sec, char *buf, size_t len) {
-  snprintf(buf, len, "tls=%s auth=%s plan_id_key=%s", pk_tls_mode_name(&sec->cfg),
-           sec->auth != NULL ? "token" : "off", pk_plan_id_key_source(sec->key));
 }
 
 void pk_security_close(pk_security_t *sec) {

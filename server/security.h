@@ -45,9 +45,6 @@ int pk_security_reload(pk_security_t *sec, char *msg, size_t msglen);
 /* The plan id key; never NULL. */
 const pk_plan_id_key_t *pk_security_plan_id_key(const pk_security_t *sec);
 
-/* One line for the start-up log: "tls=mtls auth=token plan_id_key=file". */
-void pk_security_describe(const pk_security_t *sec, char *buf, size_t len);
-
 /* NULL is allowed. */
 void pk_security_close(pk_security_t *sec);
 

@@ -187,9 +187,3 @@ int pk_tls_server_credentials(const pk_server_config_t *cfg, grpc_server_credent
   }
   return PK_OK;
 }
-
-const char *pk_tls_mode_name(const pk_server_config_t *cfg) {
-  if (cfg->tls_cert[0] == '\0')
-    return "off";
-  return cfg->tls_client_ca[0] != '\0' ? "mtls" : "tls";
-}

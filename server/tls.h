@@ -26,7 +26,4 @@ int pk_tls_check(const pk_server_config_t *cfg, char *err, size_t errlen);
 int pk_tls_server_credentials(const pk_server_config_t *cfg, grpc_server_credentials **out,
                               char *err, size_t errlen);
 
-/* "off", "tls" or "mtls", for the start-up line. */
-const char *pk_tls_mode_name(const pk_server_config_t *cfg);
-
 #endif
