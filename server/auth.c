@@ -69,6 +69,12 @@ static int read_tokens(const char *path, token_set_t *set, int *ntokens, char *e
     if (*tok == '\0' || *tok == '#')
       continue;
     size_t len = strlen(tok);
+    if (len > PK_AUTH_MAX_TOKEN_LEN) {
+      snprintf(err, errlen, "\"%s\" line %d: a token is longer than %d characters", path, lineno,
+               PK_AUTH_MAX_TOKEN_LEN);
+      rc = PK_EINVAL;
+      break;
+    }
     for (size_t i = 0; i < len; i++) {
       unsigned char ch = (unsigned char)tok[i];
       if (ch <= 0x20 || ch >= 0x7f) {
