@@ -138,6 +138,25 @@ def test_tls_python_and_packctl_plan(pki, servers, tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+def test_python_client_reads_the_variables(pki, servers, tmp_path, monkeypatch):
+    tokens = write(tmp_path / "tokens", "env-token\n")
+    srv = servers(*tls_args(pki, mtls=True), "--auth-token-file", tokens)
+    monkeypatch.setenv("PACKD_TLS_CA", pki.ca_pem)
+    monkeypatch.setenv("PACKD_TLS_CERT", pki.client_pem)
+    monkeypatch.setenv("PACKD_TLS_KEY", pki.client_key)
+    monkeypatch.setenv("PACKD_TOKEN_FILE", tokens)
+    with client(srv) as c:
+        assert c.plan(LENGTHS, dp=2).dp == 2
+    # Ready credentials take the place of the PACKD_TLS_* variables.
+    monkeypatch.setenv("PACKD_TLS_CA", str(tmp_path / "missing.pem"))
+    creds = grpc.ssl_channel_credentials(
+        Path(pki.ca_pem).read_bytes(), Path(pki.client_key).read_bytes(), Path(pki.client_pem).read_bytes())
+    with client(srv, credentials=creds) as c:
+        assert c.plan(LENGTHS, dp=2).dp == 2
+    with pytest.raises(ValueError, match="tls_ca: cannot read"):
+        client(srv)
+
+
 def test_plaintext_client_refused_by_tls_server(pki, servers, tmp_path):
     srv = servers(*tls_args(pki))
     with client(srv) as c, pytest.raises(packd.Unavailable):

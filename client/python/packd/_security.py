@@ -63,14 +63,16 @@ def _check_token(token: str) -> str:
 
 
 def channel_security(tls_ca=None, tls_cert=None, tls_key=None, token=None, token_file=None,
-                     environ=None):
+                     environ=None, tls_from_env=True):
     """(channel credentials or None for plaintext, call metadata tuple) for
     the given options and the PACKD_* fallbacks in ``environ`` (default
-    os.environ)."""
+    os.environ). ``tls_from_env`` False ignores PACKD_TLS_* (the caller has
+    credentials of its own)."""
     env = os.environ if environ is None else environ
-    tls_ca = tls_ca if tls_ca is not None else env.get("PACKD_TLS_CA") or None
-    tls_cert = tls_cert if tls_cert is not None else env.get("PACKD_TLS_CERT") or None
-    tls_key = tls_key if tls_key is not None else env.get("PACKD_TLS_KEY") or None
+    tls_env = env if tls_from_env else {}
+    tls_ca = tls_ca if tls_ca is not None else tls_env.get("PACKD_TLS_CA") or None
+    tls_cert = tls_cert if tls_cert is not None else tls_env.get("PACKD_TLS_CERT") or None
+    tls_key = tls_key if tls_key is not None else tls_env.get("PACKD_TLS_KEY") or None
     if token is not None and token_file is not None:
         raise ValueError("token and token_file: give one of them, not both")
     if token is None:

@@ -146,7 +146,9 @@ class Client:
             self._transport = _transport
         else:
             self.target = target or os.environ.get("PACKD_TARGET") or DEFAULT_TARGET
-            tls, metadata = _security.channel_security(tls_ca, tls_cert, tls_key, token, token_file)
+            tls, metadata = _security.channel_security(
+                tls_ca, tls_cert, tls_key, token, token_file, tls_from_env=credentials is None
+            )
             if credentials is not None and tls is not None:
                 raise ValueError("credentials and tls_*: give one way to set up TLS, not both")
             self._transport = _RemoteTransport(
