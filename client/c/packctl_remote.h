@@ -12,7 +12,7 @@
 
 /* Connection security, shared by every subcommand that talks to a server:
  * --tls-ca, --tls-cert, --tls-key and --token-file (pk_client.h), with
- * $PACKD_TLS_CA, $PACKD_TLS_CERT, $PACKD_TLS_KEY and $PACKD_TOKEN_FILE as
+ * $PACKD_TLS_CA, $PACKD_TLS_CLIENT_CERT, $PACKD_TLS_CLIENT_KEY and $PACKD_TOKEN_FILE as
  * fallbacks. A parser calls packctl_conn_option for each flag it does not
  * know itself; packctl_conn_apply copies what was given into the options
  * before pk_client_open. The values are kept by pointer (argv outlives the
@@ -20,8 +20,8 @@
 #define PACKCTL_CONN_USAGE                                                                         \
   "  --tls-ca FILE         PEM CAs that verify the server's certificate: use TLS\n"                \
   "                        (default: $PACKD_TLS_CA)\n"                                             \
-  "  --tls-cert FILE       PEM client certificate for mTLS (default: $PACKD_TLS_CERT)\n"           \
-  "  --tls-key FILE        PEM key of --tls-cert (default: $PACKD_TLS_KEY)\n"                      \
+  "  --tls-cert FILE       PEM client certificate for mTLS (default: $PACKD_TLS_CLIENT_CERT)\n"    \
+  "  --tls-key FILE        PEM key of --tls-cert (default: $PACKD_TLS_CLIENT_KEY)\n"               \
   "  --token-file FILE     send the file's first token as a bearer token\n"                        \
   "                        (default: $PACKD_TOKEN_FILE)\n"
 

@@ -84,8 +84,8 @@ int pk_client_options_set(pk_client_options_t *opts, const char *name, const cha
 
 void pk_client_options_from_env(pk_client_options_t *opts) {
   const char **slots[] = {&opts->tls_ca, &opts->tls_cert, &opts->tls_key, &opts->token_file};
-  static const char *const names[] = {"PACKD_TLS_CA", "PACKD_TLS_CERT", "PACKD_TLS_KEY",
-                                      "PACKD_TOKEN_FILE"};
+  static const char *const names[] = {"PACKD_TLS_CA", "PACKD_TLS_CLIENT_CERT",
+                                      "PACKD_TLS_CLIENT_KEY", "PACKD_TOKEN_FILE"};
   for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
     const char *env = getenv(names[i]);
     if ((*slots[i] == NULL || (*slots[i])[0] == '\0') && env != NULL && env[0] != '\0')

@@ -75,7 +75,7 @@ int pk_client_options_set(pk_client_options_t *opts, const char *name, const cha
                           size_t errlen);
 
 /* Fills the connection options still unset from PACKD_TLS_CA,
- * PACKD_TLS_CERT, PACKD_TLS_KEY and PACKD_TOKEN_FILE. */
+ * PACKD_TLS_CLIENT_CERT, PACKD_TLS_CLIENT_KEY and PACKD_TOKEN_FILE. */
 void pk_client_options_from_env(pk_client_options_t *opts);
 
 /* Opens a channel to target ("HOST:PORT", or any gRPC target such as

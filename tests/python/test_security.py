@@ -142,8 +142,8 @@ def test_python_client_reads_the_variables(pki, servers, tmp_path, monkeypatch):
     tokens = write(tmp_path / "tokens", "env-token\n")
     srv = servers(*tls_args(pki, mtls=True), "--auth-token-file", tokens)
     monkeypatch.setenv("PACKD_TLS_CA", pki.ca_pem)
-    monkeypatch.setenv("PACKD_TLS_CERT", pki.client_pem)
-    monkeypatch.setenv("PACKD_TLS_KEY", pki.client_key)
+    monkeypatch.setenv("PACKD_TLS_CLIENT_CERT", pki.client_pem)
+    monkeypatch.setenv("PACKD_TLS_CLIENT_KEY", pki.client_key)
     monkeypatch.setenv("PACKD_TOKEN_FILE", tokens)
     with client(srv) as c:
         assert c.plan(LENGTHS, dp=2).dp == 2
@@ -194,8 +194,16 @@ def test_mtls_requires_a_client_certificate_of_the_ca(pki, servers, tmp_path):
                 "--tls-key", pki.client_key, lf, "--dp", "2")
     assert r.returncode == 0, r.stderr
     r = packctl("load", "--server", srv.addr, "--lengths", lf, "--duration", "0.3", "--warmup", "0",
-                "--dp", "2", env={"PACKD_TLS_CA": pki.ca_pem, "PACKD_TLS_CERT": pki.client_pem,
-                                  "PACKD_TLS_KEY": pki.client_key})
+                "--dp", "2", env={"PACKD_TLS_CA": pki.ca_pem, "PACKD_TLS_CLIENT_CERT": pki.client_pem,
+                                  "PACKD_TLS_CLIENT_KEY": pki.client_key})
+    assert r.returncode == 0, r.stderr
+    # Inside the server's container the server's own PACKD_TLS_CERT and
+    # PACKD_TLS_KEY are set; packctl reads its client certificate from
+    # PACKD_TLS_CLIENT_CERT and PACKD_TLS_CLIENT_KEY, never from those.
+    r = packctl("health", "--server", srv.addr,
+                env={"PACKD_TLS_CERT": pki.server_pem, "PACKD_TLS_KEY": pki.server_key,
+                     "PACKD_TLS_CLIENT_CA": pki.ca_pem, "PACKD_TLS_CA": pki.ca_pem,
+                     "PACKD_TLS_CLIENT_CERT": pki.client_pem, "PACKD_TLS_CLIENT_KEY": pki.client_key})
     assert r.returncode == 0, r.stderr
 
 

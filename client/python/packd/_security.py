@@ -9,8 +9,10 @@ line is read the way the server reads its file), sent with every call as
 ``authorization: Bearer <token>``.
 
 Each TLS option is a file name or the PEM bytes themselves. Unset options
-fall back to PACKD_TLS_CA, PACKD_TLS_CERT, PACKD_TLS_KEY and PACKD_TOKEN_FILE,
-the variables packctl reads too.
+fall back to PACKD_TLS_CA, PACKD_TLS_CLIENT_CERT, PACKD_TLS_CLIENT_KEY and
+PACKD_TOKEN_FILE, the variables packctl reads too. (PACKD_TLS_CERT and
+PACKD_TLS_KEY are the server's own certificate and key, which a client
+inside the server's container must not take for its own.)
 """
 
 from __future__ import annotations
@@ -71,8 +73,8 @@ def channel_security(tls_ca=None, tls_cert=None, tls_key=None, token=None, token
     env = os.environ if environ is None else environ
     tls_env = env if tls_from_env else {}
     tls_ca = tls_ca if tls_ca is not None else tls_env.get("PACKD_TLS_CA") or None
-    tls_cert = tls_cert if tls_cert is not None else tls_env.get("PACKD_TLS_CERT") or None
-    tls_key = tls_key if tls_key is not None else tls_env.get("PACKD_TLS_KEY") or None
+    tls_cert = tls_cert if tls_cert is not None else tls_env.get("PACKD_TLS_CLIENT_CERT") or None
+    tls_key = tls_key if tls_key is not None else tls_env.get("PACKD_TLS_CLIENT_KEY") or None
     if token is not None and token_file is not None:
         raise ValueError("token and token_file: give one of them, not both")
     if token is None:

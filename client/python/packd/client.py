@@ -109,8 +109,9 @@ class Client:
     bytes of the CAs that signed the server's certificate) turns TLS on;
     ``tls_cert`` and ``tls_key`` add a client certificate for servers that
     require one; ``token`` (or ``token_file``) is sent as ``authorization:
-    Bearer <token>``. Unset, they fall back to PACKD_TLS_CA, PACKD_TLS_CERT,
-    PACKD_TLS_KEY and PACKD_TOKEN_FILE. ``credentials`` takes ready
+    Bearer <token>``. Unset, they fall back to PACKD_TLS_CA,
+    PACKD_TLS_CLIENT_CERT, PACKD_TLS_CLIENT_KEY and PACKD_TOKEN_FILE.
+    ``credentials`` takes ready
     grpc.ChannelCredentials instead of the tls_* options.
     """
 
