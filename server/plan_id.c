@@ -45,8 +45,9 @@ static int read_secret(const char *path, unsigned char *buf, size_t cap, size_t 
     return PK_EINVAL;
   }
   if (n == cap) {
-    snprintf(err, errlen, "\"%s\" is longer than %d bytes; a secret needs no more than 64", path,
-             PK_PLAN_ID_SECRET_MAX);
+    snprintf(err, errlen,
+             "\"%s\" is larger than %d bytes; 32 random bytes are enough (openssl rand -hex 32)",
+             path, PK_PLAN_ID_SECRET_MAX);
     return PK_EINVAL;
   }
   while (n > 0 &&
