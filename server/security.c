@@ -84,8 +84,10 @@ grpc_server_credentials *pk_security_credentials(pk_security_t *sec) {
   /* The files were checked moments ago; reading them again can only fail
    * when they changed or vanished since, which the caller reports as a
    * failure to listen. */
-  if (pk_tls_server_credentials(&sec->cfg, &creds, why, sizeof why) != PK_OK)
+  if (pk_tls_server_credentials(&sec->cfg, &creds, why, sizeof why) != PK_OK) {
+    PK_LOG_ERROR("%s", why);
     return NULL;
+  }
   return creds;
 }
 
