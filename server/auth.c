@@ -3,7 +3,14 @@
  * The token set is a small array of SHA-256 digests. Keeping digests, not
  * the tokens, gives every comparison the same length (so a wrong token of
  * another length takes as long as one of the right length) and keeps the
- * tokens themselves out of the process memory after loading. */
+ * tokens themselves out of the process memory after loading.
+ *
+ * Changes of the file are noticed by the calls themselves: at most once per
+ * check interval one call (the one that gets the check mutex; the others do
+ * not wait) compares the file's stat stamp (device, inode, size, mtime) with
+ * the one of the last load and reloads on a difference. A Kubernetes Secret
+ * volume replaces its files by swapping a symlink, which changes the inode,
+ * so a rotated Secret reaches packd without a restart or a signal. */
 #include "auth.h"
 
 #include <ctype.h>
@@ -16,7 +23,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
 
+#include "clock.h"
+#include "log.h"
 #include "pk_error.h"
 
 typedef struct token_set {
@@ -24,11 +34,44 @@ typedef struct token_set {
   unsigned char digest[PK_AUTH_MAX_TOKENS][SHA256_DIGEST_LENGTH];
 } token_set_t;
 
+/* What identifies one version of the file. */
+typedef struct stamp {
+  dev_t dev;
+  ino_t ino;
+  off_t size;
+  struct timespec mtime;
+  int valid; /* 0: stat failed. */
+} stamp_t;
+
 struct pk_auth {
   char path[1024];
   pthread_rwlock_t lock;
   token_set_t set; /* Guarded by lock. */
+  /* Change detection; guarded by check_mu (taken with trylock). */
+  pthread_mutex_t check_mu;
+  stamp_t loaded;    /* The file as of the last load attempt. */
+  double next_check; /* Monotonic seconds. */
+  double interval;   /* Seconds between checks; <= 0: on every call. */
 };
+
+static stamp_t stamp_of(const char *path) {
+  stamp_t st;
+  memset(&st, 0, sizeof st);
+  struct stat sb;
+  if (stat(path, &sb) == 0) {
+    st.dev = sb.st_dev;
+    st.ino = sb.st_ino;
+    st.size = sb.st_size;
+    st.mtime = sb.st_mtim;
+    st.valid = 1;
+  }
+  return st;
+}
+
+static int stamp_equal(const stamp_t *a, const stamp_t *b) {
+  return a->valid == b->valid && a->dev == b->dev && a->ino == b->ino && a->size == b->size &&
+         a->mtime.tv_sec == b->mtime.tv_sec && a->mtime.tv_nsec == b->mtime.tv_nsec;
+}
 
 /* Trims the ends of line (in place) and returns its start. */
 static char *trim(char *line) {
@@ -134,6 +177,9 @@ int pk_auth_create(const char *path, pk_auth_t **out, char *err, size_t errlen) 
     return PK_ENOMEM;
   }
   snprintf(a->path, sizeof a->path, "%s", path);
+  /* The stamp is taken before the read: a change in between is seen by the
+   * next check and read again, never missed. */
+  a->loaded = stamp_of(path);
   int n;
   int rc = read_tokens(path, &a->set, &n, err, errlen);
   if (rc != PK_OK) {
@@ -141,11 +187,23 @@ int pk_auth_create(const char *path, pk_auth_t **out, char *err, size_t errlen) 
     return rc;
   }
   pthread_rwlock_init(&a->lock, NULL);
+  pthread_mutex_init(&a->check_mu, NULL);
+  a->interval = PK_AUTH_CHECK_INTERVAL;
+  a->next_check = pk_monotonic_seconds() + a->interval;
   *out = a;
   return PK_OK;
 }
 
-int pk_auth_reload(pk_auth_t *a, int *ntokens, char *err, size_t errlen) {
+void pk_auth_set_check_interval(pk_auth_t *a, double seconds) {
+  pthread_mutex_lock(&a->check_mu);
+  a->interval = seconds;
+  a->next_check = pk_monotonic_seconds() + (seconds > 0 ? seconds : 0);
+  pthread_mutex_unlock(&a->check_mu);
+}
+
+/* Reads the file into the set; the caller holds check_mu. */
+static int reload_locked(pk_auth_t *a, int *ntokens, char *err, size_t errlen) {
+  a->loaded = stamp_of(a->path);
   token_set_t *fresh = calloc(1, sizeof *fresh);
   if (fresh == NULL) {
     snprintf(err, errlen, "out of memory");
@@ -162,6 +220,37 @@ int pk_auth_reload(pk_auth_t *a, int *ntokens, char *err, size_t errlen) {
   return rc;
 }
 
+int pk_auth_reload(pk_auth_t *a, int *ntokens, char *err, size_t errlen) {
+  pthread_mutex_lock(&a->check_mu);
+  int rc = reload_locked(a, ntokens, err, errlen);
+  pthread_mutex_unlock(&a->check_mu);
+  return rc;
+}
+
+/* Reloads when the file changed since the last load; at most once per
+ * interval, by one caller at a time, without making the others wait. */
+static void reload_if_changed(pk_auth_t *a) {
+  if (pthread_mutex_trylock(&a->check_mu) != 0)
+    return;
+  double now = pk_monotonic_seconds();
+  if (now >= a->next_check) {
+    a->next_check = now + (a->interval > 0 ? a->interval : 0);
+    stamp_t cur = stamp_of(a->path);
+    if (!stamp_equal(&cur, &a->loaded)) {
+      int n = 0;
+      char err[512];
+      /* A failed reload keeps the old tokens; its stamp is recorded, so the
+       * same broken file is reported once, not at every check. */
+      if (reload_locked(a, &n, err, sizeof err) == PK_OK)
+        PK_LOG_INFO("--auth-token-file changed: %d token%s loaded from \"%s\"", n,
+                    n == 1 ? "" : "s", a->path);
+      else
+        PK_LOG_ERROR("--auth-token-file changed: %s; the tokens loaded before stay accepted", err);
+    }
+  }
+  pthread_mutex_unlock(&a->check_mu);
+}
+
 /* Finds the value of the "authorization" key (gRPC lowercases keys). */
 static const grpc_slice *find_authorization(const grpc_metadata_array *md) {
   static const char key[] = "authorization";
@@ -175,6 +264,7 @@ static const grpc_slice *find_authorization(const grpc_metadata_array *md) {
 }
 
 int pk_auth_check(pk_auth_t *a, const grpc_metadata_array *md, char *why, size_t whylen) {
+  reload_if_changed(a);
   const grpc_slice *v = find_authorization(md);
   if (v == NULL) {
     snprintf(why, whylen,
@@ -213,6 +303,7 @@ void pk_auth_destroy(pk_auth_t *a) {
   if (a == NULL)
     return;
   pthread_rwlock_destroy(&a->lock);
+  pthread_mutex_destroy(&a->check_mu);
   OPENSSL_cleanse(&a->set, sizeof a->set);
   free(a);
 }

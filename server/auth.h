@@ -12,6 +12,12 @@
  * token is kept as its SHA-256 digest, the presented token is digested too,
  * and every digest is compared in full with a constant-time comparison.
  *
+ * The file is read again on pk_auth_reload (SIGHUP) and when it changes:
+ * calls notice a new device, inode, size or modification time of the file
+ * at most once every PK_AUTH_CHECK_INTERVAL seconds. Replace the file by
+ * renaming a complete new one over it (as a Kubernetes Secret volume does),
+ * so that no check reads it half written.
+ *
  * Threads: pk_auth_check runs on any worker thread while pk_auth_reload runs
  * on the controlling thread; a read-write lock guards the token set, and a
  * reload that fails keeps the tokens already loaded. */
@@ -23,6 +29,8 @@
 
 #define PK_AUTH_MAX_TOKENS 64
 #define PK_AUTH_MAX_TOKEN_LEN 4096
+/* Seconds between two looks at the file's stat stamp. */
+#define PK_AUTH_CHECK_INTERVAL 1.0
 
 typedef struct pk_auth pk_auth_t;
 
@@ -45,6 +53,10 @@ int pk_auth_reload(pk_auth_t *a, int *ntokens, char *err, size_t errlen);
 /* Returns 0 when md carries an accepted bearer token, else PK_EINVAL with a
  * message for the client in why (which never repeats the token). */
 int pk_auth_check(pk_auth_t *a, const grpc_metadata_array *md, char *why, size_t whylen);
+
+/* Changes the interval between looks at the file (tests use 0: every call
+ * looks). */
+void pk_auth_set_check_interval(pk_auth_t *a, double seconds);
 
 /* NULL is allowed. */
 void pk_auth_destroy(pk_auth_t *a);

@@ -75,14 +75,14 @@ static const setting_t k_settings[] = {
     {"plan-store-prefix", "PACKD_PLAN_STORE_PREFIX", K_PREFIX, OFF(plan_store_prefix), 0, 0,
      "prefix of every key packd writes to the store"},
     /* Security (tls.h, auth.h, plan_id.h): files read at start-up; the token
-     * file again on SIGHUP. */
+     * file again on SIGHUP and when it changes. */
     {"tls-cert", "PACKD_TLS_CERT", K_PATH, OFF(tls_cert), 0, 0,
      "PEM certificate chain: gRPC is served over TLS (needs --tls-key)"},
     {"tls-key", "PACKD_TLS_KEY", K_PATH, OFF(tls_key), 0, 0, "PEM private key of --tls-cert"},
     {"tls-client-ca", "PACKD_TLS_CLIENT_CA", K_PATH, OFF(tls_client_ca), 0, 0,
      "PEM CA certificates: clients must present a certificate they signed (mTLS)"},
     {"auth-token-file", "PACKD_AUTH_TOKEN_FILE", K_PATH, OFF(auth_token_file), 0, 0,
-     "file of accepted bearer tokens, one a line; re-read on SIGHUP"},
+     "file of accepted bearer tokens, one a line; re-read on SIGHUP and on change"},
     {"plan-id-secret-file", "PACKD_PLAN_ID_SECRET_FILE", K_PATH, OFF(plan_id_secret_file), 0, 0,
      "secret that keys plan ids, shared by the replicas of one plan store"},
     {"debug-delay-ms", "PACKD_DEBUG_DELAY_MS", K_INT, OFF(debug_delay_ms), 0, 600000,

@@ -10,7 +10,8 @@
  * the last call is gone the process exits 0. A second signal skips the
  * waiting and cancels at once.
  *
- * SIGHUP re-reads --auth-token-file, so bearer tokens rotate without a
+ * SIGHUP re-reads --auth-token-file at once (the calls also notice a
+ * changed file by themselves, auth.h), so bearer tokens rotate without a
  * restart; a file that cannot be used keeps the tokens loaded before. */
 #include <grpc/grpc.h>
 #include <signal.h>

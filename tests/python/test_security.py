@@ -297,7 +297,7 @@ def test_sighup_rotates_tokens(servers, tmp_path):
     # Both accepted while the clients move over.
     write(path, "old-token\nnew-token\n")
     srv.signal(signal.SIGHUP)
-    wait_for_log(srv, "2 tokens loaded")
+    wait_for_log(srv, "received SIGHUP: --auth-token-file: 2 tokens loaded")
     for tok in ("old-token", "new-token"):
         with client(srv, token=tok) as c:
             c.plan(LENGTHS, dp=2)
@@ -305,7 +305,7 @@ def test_sighup_rotates_tokens(servers, tmp_path):
     # The old one removed.
     write(path, "new-token\n")
     srv.signal(signal.SIGHUP)
-    wait_for_log(srv, "1 token loaded")
+    wait_for_log(srv, "received SIGHUP: --auth-token-file: 1 token loaded")
     with client(srv, token="old-token") as c, pytest.raises(packd.Unauthenticated):
         c.plan(LENGTHS, dp=2)
     with client(srv, token="new-token") as c:
@@ -314,10 +314,34 @@ def test_sighup_rotates_tokens(servers, tmp_path):
     # A file that cannot be used keeps the tokens loaded before.
     write(path, "\n# emptied by mistake\n")
     srv.signal(signal.SIGHUP)
-    wait_for_log(srv, "the tokens loaded before stay accepted")
+    wait_for_log(srv, "error packd: received SIGHUP: --auth-token-file: ")
+    assert "holds no token" in srv.log() and "the tokens loaded before stay accepted" in srv.log()
     with client(srv, token="new-token") as c:
         c.plan(LENGTHS, dp=2)
     assert srv.proc.poll() is None
+
+
+def test_a_replaced_token_file_is_noticed_without_a_signal(servers, tmp_path):
+    path = tmp_path / "tokens"
+    write(path, "first-token\n")
+    srv = servers("--auth-token-file", str(path))
+    with client(srv, token="first-token") as c:
+        c.plan(LENGTHS, dp=2)
+    # A Secret volume swaps in a new file; no SIGHUP is sent.
+    write(tmp_path / "tokens.new", "second-token\n")
+    os.replace(tmp_path / "tokens.new", path)
+    deadline = time.monotonic() + 20
+    with client(srv, token="second-token") as c:
+        while True:
+            try:
+                c.plan(LENGTHS, dp=2)
+                break
+            except packd.Unauthenticated:
+                assert time.monotonic() < deadline, srv.log()
+                time.sleep(0.2)
+    wait_for_log(srv, "--auth-token-file changed: 1 token loaded")
+    with client(srv, token="first-token") as c, pytest.raises(packd.Unauthenticated):
+        c.plan(LENGTHS, dp=2)
 
 
 def test_tls_and_token_together(pki, servers):

@@ -1,10 +1,10 @@
 /* Unit tests of the server's security pieces: the bearer-token set
  * (server/auth.c: file format, full comparison, reload that keeps the old
- * tokens on failure), keyed plan ids (server/plan_id.c: a fixed HMAC-SHA256
- * vector made with the openssl command, agreement with OpenSSL's one-shot
- * HMAC over the codec's canonical bytes, different keys, the unkeyed id
- * without a key) and the start-up checks (server/security.c, tls.c) that
- * name the flag. Files are real files in a temporary folder. */
+ * tokens on failure, a replaced file noticed without a signal), keyed plan ids (server/plan_id.c: a
+ * fixed HMAC-SHA256 vector made with the openssl command, agreement with OpenSSL's one-shot HMAC
+ * over the codec's canonical bytes, different keys, the unkeyed id without a key) and the start-up
+ * checks (server/security.c, tls.c) that name the flag. Files are real files in a temporary folder.
+ */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -129,6 +129,41 @@ static void test_token_check_and_reload(void **state) {
   write_file("tokens", "# emptied\n");
   assert_int_equal(pk_auth_reload(a, &n, err, sizeof err), PK_EINVAL);
   assert_int_equal(check_value(a, "Bearer gamma-token", why, sizeof why), PK_OK);
+  pk_auth_destroy(a);
+}
+
+/* Replaces the file the way a Secret volume does: a new file renamed over
+ * the old one (a new inode). */
+static void replace_file(const char *name, const char *text) {
+  char tmp[64], path[128];
+  snprintf(tmp, sizeof tmp, "%s.new", name);
+  const char *fresh = write_file(tmp, text);
+  snprintf(path, sizeof path, "%s/%s", g_dir, name);
+  assert_int_equal(rename(fresh, path), 0);
+}
+
+static void test_token_file_change_is_noticed(void **state) {
+  (void)state;
+  char err[512], why[512];
+  pk_auth_t *a = NULL;
+  assert_int_equal(pk_auth_create(write_file("rotating", "first-token\n"), &a, err, sizeof err),
+                   PK_OK);
+  pk_auth_set_check_interval(a, 0);
+  assert_int_equal(check_value(a, "Bearer first-token", why, sizeof why), PK_OK);
+  replace_file("rotating", "first-token\nsecond-token\n");
+  assert_int_equal(check_value(a, "Bearer second-token", why, sizeof why), PK_OK);
+  replace_file("rotating", "second-token\n");
+  assert_int_equal(check_value(a, "Bearer first-token", why, sizeof why), PK_EINVAL);
+  assert_int_equal(check_value(a, "Bearer second-token", why, sizeof why), PK_OK);
+  /* A broken file keeps the tokens; so does a file that disappeared. */
+  replace_file("rotating", "# nothing\n");
+  assert_int_equal(check_value(a, "Bearer second-token", why, sizeof why), PK_OK);
+  char path[128];
+  snprintf(path, sizeof path, "%s/rotating", g_dir);
+  assert_int_equal(unlink(path), 0);
+  assert_int_equal(check_value(a, "Bearer second-token", why, sizeof why), PK_OK);
+  replace_file("rotating", "third-token\n");
+  assert_int_equal(check_value(a, "Bearer third-token", why, sizeof why), PK_OK);
   pk_auth_destroy(a);
 }
 
@@ -271,6 +306,7 @@ int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_token_file_format),
       cmocka_unit_test(test_token_check_and_reload),
+      cmocka_unit_test(test_token_file_change_is_noticed),
       cmocka_unit_test(test_keyed_id_vector),
       cmocka_unit_test(test_secret_file_errors),
       cmocka_unit_test(test_startup_checks_name_the_flag),
