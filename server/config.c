@@ -460,5 +460,6 @@ void pk_config_usage(FILE *out, const char *argv0) {
       fprintf(out, " (default %s)", def);
     fputc('\n', out);
   }
-  fprintf(out, "\nSignals: SIGTERM or SIGINT drains and exits 0; a second one cancels calls.\n");
+  fprintf(out, "\nSignals: SIGTERM or SIGINT drains and exits 0; a second one cancels calls.\n"
+               "SIGHUP re-reads --auth-token-file.\n");
 }

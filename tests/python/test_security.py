@@ -396,8 +396,12 @@ def test_variables_are_read_like_flags(pki, servers):
     assert proc.wait(timeout=30) == 2
     assert "--tls-cert is set but --tls-key is not" in Path(log_path).read_text()
     os.unlink(log_path)
+    tokens = write(Path(pki.dir) / "env-tokens", "from-the-environment\n")
     srv = servers(env={"PACKD_TLS_CERT": pki.server_pem, "PACKD_TLS_KEY": pki.server_key,
-                       "PACKD_TLS_CLIENT_CA": pki.ca_pem})
-    assert "tls=mtls" in srv.log()
-    with client(srv, tls_ca=pki.ca_pem, tls_cert=pki.client_pem, tls_key=pki.client_key) as c:
+                       "PACKD_TLS_CLIENT_CA": pki.ca_pem, "PACKD_AUTH_TOKEN_FILE": tokens})
+    assert "tls=mtls auth=token" in srv.log()
+    kw = dict(tls_ca=pki.ca_pem, tls_cert=pki.client_pem, tls_key=pki.client_key)
+    with client(srv, **kw) as c, pytest.raises(packd.Unauthenticated):
+        c.plan(LENGTHS, dp=2)
+    with client(srv, token="from-the-environment", **kw) as c:
         assert c.plan(LENGTHS, dp=2).dp == 2
