@@ -19,7 +19,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config \
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev \
-      libxxhash-dev libjansson-dev libhttp-parser-dev libhiredis-dev \
+      libxxhash-dev libjansson-dev libhttp-parser-dev libhiredis-dev libssl-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 # .dockerignore lets only the sources of the service into the context.
@@ -39,12 +39,14 @@ LABEL org.opencontainers.image.title="packd" \
       org.opencontainers.image.description="Sequence-packing planner for LLM RL and long-context training (gRPC)" \
       org.opencontainers.image.version="${VERSION}"
 # Runtime libraries only: gRPC core, protobuf-c, libuv, jansson, xxhash,
-# http-parser and hiredis (the plan store client, --plan-store). The user
+# http-parser, hiredis (the plan store client, --plan-store) and OpenSSL's
+# libcrypto (TLS file checks, token digests, keyed plan ids). The user
 # gets a fixed numeric id so that Kubernetes can check runAsNonRoot without
 # reading /etc/passwd.
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libgrpc29 libprotobuf-c1 libuv1 libjansson4 libxxhash0 libhttp-parser2.9 libhiredis0.14 \
+      libssl3 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/*.bin /var/cache/apt/archives/*.deb \
       /var/log/apt /var/log/dpkg.log \
  && groupadd --system --gid 65532 packd \

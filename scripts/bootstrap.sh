@@ -29,6 +29,11 @@ PACKAGES=(
   python3-prometheus-client python3-venv python3-pip python3-hypothesis
   # torch (CPU build): packd.gpu on torch tensors (tests/python/test_gpu_torch.py).
   python3-torch
+  # TLS: OpenSSL's libcrypto for the server's certificate checks, token
+  # digests and keyed plan ids (libgrpc-dev needs libssl-dev already), and the
+  # openssl command, which tests/python/test_security.py makes certificates
+  # with.
+  libssl-dev openssl
   # Small tools used by the tests and scripts.
   curl procps ca-certificates
 )

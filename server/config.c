@@ -13,6 +13,7 @@
 
 #include "pk_error.h"
 #include "pk_planner.h"
+#include "security.h"
 #include "store_format.h"
 
 _Static_assert(PK_CONFIG_URL_MAX == PK_STORE_URL_MAX, "one URL bound");
@@ -75,6 +76,17 @@ static const setting_t k_settings[] = {
      OFF(plan_store_password_file), 0, 0, "file whose first line is the store's password"},
     {"plan-store-prefix", "PACKD_PLAN_STORE_PREFIX", K_PREFIX, OFF(plan_store_prefix), 0, 0,
      "prefix of every key packd writes to the store"},
+    /* Security (tls.h, auth.h, plan_id.h): files read at start-up; the token
+     * file again on SIGHUP and when it changes. */
+    {"tls-cert", "PACKD_TLS_CERT", K_PATH, OFF(tls_cert), 0, 0,
+     "PEM certificate chain: gRPC is served over TLS (needs --tls-key)"},
+    {"tls-key", "PACKD_TLS_KEY", K_PATH, OFF(tls_key), 0, 0, "PEM private key of --tls-cert"},
+    {"tls-client-ca", "PACKD_TLS_CLIENT_CA", K_PATH, OFF(tls_client_ca), 0, 0,
+     "PEM CA certificates: clients must present a certificate they signed (mTLS)"},
+    {"auth-token-file", "PACKD_AUTH_TOKEN_FILE", K_PATH, OFF(auth_token_file), 0, 0,
+     "file of accepted bearer tokens, one a line; re-read on SIGHUP and on change"},
+    {"plan-id-secret-file", "PACKD_PLAN_ID_SECRET_FILE", K_PATH, OFF(plan_id_secret_file), 0, 0,
+     "secret that keys plan ids, shared by the replicas of one plan store"},
     {"debug-delay-ms", "PACKD_DEBUG_DELAY_MS", K_INT, OFF(debug_delay_ms), 0, 600000,
      "testing only: sleep this long before handling each Plan"},
     {"large-request-bytes", "PACKD_LARGE_REQUEST_BYTES", K_BYTES, OFF(large_request_bytes), 1,
@@ -424,7 +436,9 @@ int pk_config_load(pk_server_config_t *cfg, int argc, char *const *argv, pk_gete
   int rc = check_plan_store(cfg, err, errlen);
   if (rc == PK_OK)
     rc = check_admission(cfg, err, errlen);
-  return rc;
+  if (rc != PK_OK)
+    return rc;
+  return pk_security_check(cfg, err, errlen);
 }
 
 void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len) {
@@ -449,6 +463,13 @@ void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len) {
   if (used < len)
     snprintf(buf + used, len - used, " max_sequences=%d max_plan_bytes=%" PRId64,
              cfg->max_sequences, cfg->max_plan_bytes);
+  /* Security: what is on, never a file's contents. */
+  used = strnlen(buf, len);
+  if (used < len)
+    snprintf(buf + used, len - used, " tls=%s auth=%s plan_id_key=%s",
+             cfg->tls_cert[0] == '\0' ? "off" : (cfg->tls_client_ca[0] != '\0' ? "mtls" : "tls"),
+             cfg->auth_token_file[0] != '\0' ? "token" : "off",
+             cfg->plan_id_secret_file[0] != '\0' ? "file" : "random");
   used = strnlen(buf, len);
   if (used < len)
     snprintf(buf + used, len - used,
@@ -510,5 +531,6 @@ void pk_config_usage(FILE *out, const char *argv0) {
       fprintf(out, " (default %s)", def);
     fputc('\n', out);
   }
-  fprintf(out, "\nSignals: SIGTERM or SIGINT drains and exits 0; a second one cancels calls.\n");
+  fprintf(out, "\nSignals: SIGTERM or SIGINT drains and exits 0; a second one cancels calls.\n"
+               "SIGHUP re-reads --auth-token-file.\n");
 }

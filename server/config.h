@@ -36,7 +36,13 @@ typedef struct pk_server_config {
   char plan_store[PK_CONFIG_URL_MAX]; /* redis:// URL of the shared plan store; "" = none. */
   char plan_store_password_file[PK_CONFIG_PATH_MAX]; /* "" = the URL's password, if any. */
   char plan_store_prefix[PK_CONFIG_PREFIX_MAX];      /* Key prefix in the store. */
-  int debug_delay_ms;                                /* Testing only: sleep before each Plan. */
+  /* Transport security and authentication (tls.h, auth.h, plan_id.h); "" = off. */
+  char tls_cert[PK_CONFIG_PATH_MAX];            /* PEM certificate chain served to clients. */
+  char tls_key[PK_CONFIG_PATH_MAX];             /* PEM private key of tls_cert. */
+  char tls_client_ca[PK_CONFIG_PATH_MAX];       /* PEM CAs; set: client certificates required. */
+  char auth_token_file[PK_CONFIG_PATH_MAX];     /* Accepted bearer tokens, one a line. */
+  char plan_id_secret_file[PK_CONFIG_PATH_MAX]; /* Key of plan ids; "" = random per process. */
+  int debug_delay_ms;                           /* Testing only: sleep before each Plan. */
   /* Admission and the HTTP port's connection limits (grpc_server.c,
    * work_queue.h, http.c). */
   int64_t large_request_bytes; /* Plan requests of at least this many bytes are large. */

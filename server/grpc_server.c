@@ -36,6 +36,7 @@
 #include "handlers.h"
 #include "log.h"
 #include "pk_error.h"
+#include "security.h"
 #include "work_queue.h"
 
 typedef enum { K_PLAN = 0, K_GET_RANK = 1, K_HEALTH = 2, K_GENERIC = 3, K_KINDS = 4 } kind_t;
@@ -105,6 +106,7 @@ struct pk_grpc_server {
   pk_plan_cache_t *cache;
   pk_plan_store_t *store;
   pk_metrics_t *metrics;
+  pk_security_t *security; /* TLS credentials, tokens, plan id key (security.h). */
   pk_stopped_fn on_stopped;
   void *user;
   atomic_bool serving;
@@ -331,6 +333,7 @@ static void run_handler(call_ctx_t *ctx, pk_reply_t *reply) {
       .serving = atomic_load(&s->serving),
       .now = pk_monotonic_seconds(),
       .store = s->store,
+      .plan_id_key = pk_security_plan_id_key(s->security),
   };
   const uint8_t *p = GRPC_SLICE_START_PTR(bytes);
   size_t len = GRPC_SLICE_LENGTH(bytes);
@@ -428,6 +431,9 @@ static void start_call(call_ctx_t *ctx) {
     pk_reply_error(&reply, PK_GRPC_UNIMPLEMENTED, "method %.120s is not implemented by packd",
                    path ? path : "?");
     gpr_free(path);
+  } else if (pk_security_authorize(s->security, ctx->kind == K_HEALTH, &ctx->md, reply.message,
+                                   sizeof reply.message) != PK_OK) {
+    reply.code = GRPC_STATUS_UNAUTHENTICATED;
   } else if (ctx->kind == K_HEALTH) {
     run_handler(ctx, &reply);
   } else if (inflight > s->cfg.max_inflight) {
@@ -561,6 +567,12 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
     free(s);
     return PK_ENOMEM;
   }
+  int rc = pk_security_open(cfg, &s->security, err, errlen);
+  if (rc != PK_OK) {
+    free(s->workers);
+    free(s);
+    return rc;
+  }
   atomic_init(&s->serving, true);
   pk_server_stop_init(&s->stop);
   pthread_mutex_init(&s->mu, NULL);
@@ -588,9 +600,10 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
     s->methods[k] = grpc_server_register_method(s->server, k_paths[k], NULL,
                                                 GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
 
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-  int port = grpc_server_add_http2_port(s->server, cfg->listen, creds);
-  grpc_server_credentials_release(creds);
+  grpc_server_credentials *creds = pk_security_credentials(s->security);
+  int port = creds != NULL ? grpc_server_add_http2_port(s->server, cfg->listen, creds) : 0;
+  if (creds != NULL)
+    grpc_server_credentials_release(creds);
   if (port == 0) {
     snprintf(err, errlen,
              "cannot listen for gRPC on %s: the address is in use, not local or not valid "
@@ -604,6 +617,7 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
     grpc_completion_queue_destroy(s->cq);
     pk_work_queue_destroy(&s->queue);
     pthread_mutex_destroy(&s->mu);
+    pk_security_close(s->security);
     free(s->workers);
     free(s);
     return PK_EINVAL;
@@ -731,5 +745,10 @@ void pk_grpc_server_destroy(pk_grpc_server_t *s) {
   grpc_completion_queue_destroy(s->cq);
   pk_work_queue_destroy(&s->queue);
   pthread_mutex_destroy(&s->mu);
+  pk_security_close(s->security);
   free(s);
+}
+
+int pk_grpc_server_reload_auth(pk_grpc_server_t *s, char *msg, size_t msglen) {
+  return pk_security_reload(s->security, msg, msglen);
 }

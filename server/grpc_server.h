@@ -82,6 +82,11 @@ void pk_grpc_server_cancel_all(pk_grpc_server_t *s);
 void pk_grpc_server_queue_stats(pk_grpc_server_t *s, int64_t *queued_small, int64_t *queued_large,
                                 int64_t *running_large);
 
+/* Re-reads the --auth-token-file (on SIGHUP): calls after it are checked
+ * against the new tokens. Returns 0 with a log line in msg, or a negative
+ * pk_error code with why in msg (the tokens loaded before stay). */
+int pk_grpc_server_reload_auth(pk_grpc_server_t *s, char *msg, size_t msglen);
+
 /* Joins the workers and frees the server. Call only after on_stopped ran. */
 void pk_grpc_server_destroy(pk_grpc_server_t *s);
 

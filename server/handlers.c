@@ -13,6 +13,7 @@
 #include "grpc/health/v1/health.pb-c.h"
 #include "packd/v1/packd.pb-c.h"
 #include "pk_planner.h"
+#include "plan_id.h"
 
 void pk_reply_error(pk_reply_t *reply, int code, const char *fmt, ...) {
   reply->code = code;
@@ -137,7 +138,12 @@ void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
     return;
   }
   reply->sequences = preq.n;
-  pk_codec_plan_id(msg, reply->plan_id, sizeof reply->plan_id);
+  pk_plan_id_for(env->plan_id_key, msg, reply->plan_id, sizeof reply->plan_id);
+  if (reply->plan_id[0] == '\0') {
+    pk_codec_free_request(msg);
+    pk_reply_error(reply, PK_GRPC_INTERNAL, "plan_id: the keyed id could not be computed");
+    return;
+  }
 
   double t0 = pk_monotonic_seconds();
   pk_plan_t *plan = NULL;

@@ -30,6 +30,8 @@ typedef struct pk_handler_env {
   double now;                /* Monotonic seconds, for the cache. */
   pk_plan_store_t *store;    /* May be NULL: plans are not shared with other servers. */
   pk_limits_t plan_limits;   /* Checked before planning; zero fields: no limit. */
+  /* Keys plan ids (plan_id.h); NULL: the unkeyed pk_codec_plan_id. */
+  const struct pk_plan_id_key *plan_id_key;
 } pk_handler_env_t;
 
 typedef struct pk_reply {

@@ -9,7 +9,11 @@
  * finish; after --grace-period the planning still running is stopped and
  * answered UNAVAILABLE (and a second later whatever is left is cancelled);
  * when the last call is gone the process exits 0. A second signal skips the
- * waiting and stops and cancels at once. */
+ * waiting and stops and cancels at once.
+ *
+ * SIGHUP re-reads --auth-token-file at once (the calls also notice a
+ * changed file by themselves, auth.h), so bearer tokens rotate without a
+ * restart; a file that cannot be used keeps the tokens loaded before. */
 #include <grpc/grpc.h>
 #include <grpc/support/log.h>
 #include <signal.h>
@@ -43,6 +47,7 @@ typedef struct app {
   pk_grpc_server_t *grpc;
   pk_http_t *http;
   uv_signal_t sigterm, sigint;
+  uv_signal_t sighup; /* Re-reads the token file. */
   uv_timer_t expire_timer, drain_timer, grace_timer, backstop_timer;
   uv_async_t stopped_async;
   int signals;         /* Signals received so far. */
@@ -62,6 +67,7 @@ static void close_handles(app_t *app) {
   app->closing = 1;
   uv_close((uv_handle_t *)&app->sigterm, NULL);
   uv_close((uv_handle_t *)&app->sigint, NULL);
+  uv_close((uv_handle_t *)&app->sighup, NULL);
   uv_close((uv_handle_t *)&app->expire_timer, NULL);
   uv_close((uv_handle_t *)&app->drain_timer, NULL);
   uv_close((uv_handle_t *)&app->grace_timer, NULL);
@@ -136,6 +142,16 @@ static void on_signal(uv_signal_t *h, int signum) {
     pk_grpc_server_abort(app->grpc);
     pk_grpc_server_cancel_all(app->grpc);
   }
+}
+
+static void on_sighup(uv_signal_t *h, int signum) {
+  app_t *app = h->data;
+  (void)signum;
+  char msg[768];
+  if (pk_grpc_server_reload_auth(app->grpc, msg, sizeof msg) == PK_OK)
+    PK_LOG_INFO("received SIGHUP: %s", msg);
+  else
+    PK_LOG_ERROR("received SIGHUP: %s", msg);
 }
 
 static void on_expire_timer(uv_timer_t *t) {
@@ -327,6 +343,9 @@ int main(int argc, char **argv) {
   app.sigterm.data = app.sigint.data = &app;
   uv_signal_start(&app.sigterm, on_signal, SIGTERM);
   uv_signal_start(&app.sigint, on_signal, SIGINT);
+  uv_signal_init(app.loop, &app.sighup);
+  app.sighup.data = &app;
+  uv_signal_start(&app.sighup, on_sighup, SIGHUP);
   uv_timer_init(app.loop, &app.expire_timer);
   uv_timer_init(app.loop, &app.drain_timer);
   uv_timer_init(app.loop, &app.grace_timer);

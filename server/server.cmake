@@ -10,7 +10,8 @@
 # Libraries: gRPC core (transport), protobuf-c (messages), libuv (signals,
 # timers, HTTP listener), libhttp-parser (HTTP request parsing; Debian ships
 # no pkg-config file for it), libxxhash (plan cache hashing, store checksums),
-# libhiredis (the shared plan store, --plan-store). hiredis is optional so
+# libhiredis (the shared plan store, --plan-store), OpenSSL libcrypto (TLS file
+# checks, token digests, keyed plan ids). hiredis is optional so
 # that `pip install ./client/python`, which configures this project only to
 # build libpackd.so, works without it; a packd built without it refuses
 # --plan-store with a message that says so.
@@ -31,6 +32,10 @@ if(NOT HIREDIS_FOUND)
   message(WARNING "hiredis not found (Debian: libhiredis-dev): packd is built without --plan-store")
 endif()
 
+# OpenSSL (libssl-dev, which libgrpc-dev already needs): the checks of the
+# TLS files, SHA-256 of bearer tokens and HMAC-SHA256 of keyed plan ids.
+find_package(OpenSSL REQUIRED)
+
 find_library(HTTP_PARSER_LIBRARY NAMES http_parser REQUIRED)
 find_path(HTTP_PARSER_INCLUDE_DIR NAMES http_parser.h REQUIRED)
 
@@ -46,13 +51,17 @@ add_library(packd_service STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/handlers.c
   ${CMAKE_CURRENT_SOURCE_DIR}/work_queue.c
   ${CMAKE_CURRENT_SOURCE_DIR}/call_stop.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/grpc_server.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/grpc_server.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/auth.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/tls.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/plan_id.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/security.c)
 target_include_directories(packd_service PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
                                                 ${HTTP_PARSER_INCLUDE_DIR})
 target_link_libraries(packd_service PUBLIC
   packd_codec packd_planner packd_proto packd_health_proto
   PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::XXHASH ${HTTP_PARSER_LIBRARY} Threads::Threads
-  m)
+  OpenSSL::Crypto m)
 if(HIREDIS_FOUND)
   target_compile_definitions(packd_service PRIVATE PK_HAVE_HIREDIS)
   target_link_libraries(packd_service PUBLIC PkgConfig::HIREDIS)

@@ -147,7 +147,7 @@ static void load_usage(FILE *f) {
         "  --sample N                   sequences per request, sampled from the input\n"
         "                               (default: all of them)\n"
         "  --distinct K                 different samples cycled through (default 16)\n"
-        "  --timeout S                  deadline per call (default 30)\n"
+        "  --timeout S                  deadline per call (default 30)\n" PACKCTL_CONN_USAGE
         "  --format F                   table (default) | json\n"
         "  -h, --help                   this help\n"
         "\n"
@@ -312,6 +312,9 @@ static int load_option(load_opts_t *o, int c, const char *v) {
       return packctl_usage_fail("load", "--format: expected table or json, got '%s'", v);
     return 0;
   default:
+    if (packctl_is_conn_option(c))
+      return packctl_conn_take(c, v, err, sizeof err) != 0 ? packctl_usage_fail("load", "%s", err)
+                                                           : 0;
     break;
   }
   /* A field flag: checked now on a scratch request, so that a typo is a
@@ -346,6 +349,7 @@ static int parse_opts(int argc, char **argv, load_opts_t *o) {
       {"sample", required_argument, NULL, OPT_SAMPLE},
       {"distinct", required_argument, NULL, OPT_DISTINCT},
       {"format", required_argument, NULL, OPT_FORMAT},
+      PACKCTL_CONN_OPTIONS,
       {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
   };
   enum { N_FIXED = sizeof fixed / sizeof fixed[0] };
@@ -472,6 +476,7 @@ int packctl_cmd_load(int argc, char **argv) {
   }
   pk_client_options_t copts;
   pk_client_options_default(&copts);
+  packctl_conn_apply(&copts);
   copts.timeout_s = o.timeout_s;
   char err[512];
   for (int t = 0; t < o.concurrency; t++) {

@@ -64,7 +64,7 @@ static void plan_usage(FILE *f) {
         "                               else $PACKD_SERVER)\n"
         "  --dry-run                    build the request, print it (a summary, or with\n"
         "                               --format json the request as JSON), do not plan\n"
-        "  --timeout SECONDS            deadline for --server (default 30)\n"
+        "  --timeout SECONDS            deadline for --server (default 30)\n" PACKCTL_CONN_USAGE
         "\n"
         "input and output:\n"
         "  --sample N                   a deterministic sample of N sequences (by --seed)\n"
@@ -100,6 +100,7 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
       {"save-request", required_argument, NULL, OPT_SAVE_REQUEST},
       {"save-response", required_argument, NULL, OPT_SAVE_RESPONSE},
       {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+      PACKCTL_CONN_OPTIONS,
       {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
   };
   enum { N_FIXED = sizeof fixed / sizeof fixed[0] };
@@ -194,6 +195,13 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
       o->dry_run = true;
       break;
     default:
+      if (packctl_is_conn_option(c)) {
+        if (packctl_conn_take(c, v, err, sizeof err) != 0) {
+          status = packctl_usage_fail("plan", "%s", err);
+          goto done;
+        }
+        break;
+      }
       /* Only field flags are left: the table holds nothing else. */
       o->set_index[o->nset] = c - OPT_FIELD;
       o->set_value[o->nset] = v != NULL ? v : "true";

@@ -31,6 +31,28 @@ const char *packctl_server_address(const char *flag) {
   return NULL;
 }
 
+/* The connection flags of this packctl run (one command per process). */
+static pk_client_options_t g_conn;
+
+int packctl_conn_take(int val, const char *value, char *err, size_t errlen) {
+  static const char *const names[PACKCTL_N_CONN_OPTIONS] = {"tls-ca", "tls-cert", "tls-key",
+                                                            "token-file"};
+  if (!packctl_is_conn_option(val)) {
+    snprintf(err, errlen, "internal error: option %d is not a connection flag", val);
+    return -1;
+  }
+  return pk_client_options_set(&g_conn, names[val - PACKCTL_OPT_CONN], value, err, errlen) < 0 ? -1
+                                                                                               : 0;
+}
+
+void packctl_conn_apply(pk_client_options_t *opts) {
+  opts->tls_ca = g_conn.tls_ca;
+  opts->tls_cert = g_conn.tls_cert;
+  opts->tls_key = g_conn.tls_key;
+  opts->token_file = g_conn.token_file;
+  pk_client_options_from_env(opts);
+}
+
 int packctl_parse_seconds(const char *text, double *out) {
   if (text == NULL || text[0] == '\0')
     return -1;
@@ -48,6 +70,7 @@ int packctl_plan_remote(const char *server, double timeout_s, const Packd__V1__P
   *resp = NULL;
   pk_client_options_t opts;
   pk_client_options_default(&opts);
+  packctl_conn_apply(&opts);
   if (timeout_s > 0)
     opts.timeout_s = timeout_s;
   pk_client_t *c = NULL;
@@ -75,7 +98,7 @@ static void rank_plan_usage(FILE *f) {
         "  --plan-id ID         plan_id of a PlanResponse (required)\n"
         "  --rank R             the DP rank, 0-based (required)\n"
         "  --timeout SECONDS    deadline (default 30)\n"
-        "  --format F           json (default) | summary\n"
+        "  --format F           json (default) | summary\n" PACKCTL_CONN_USAGE
         "  -h, --help           this help\n"
         "\n"
         "exit status: 0 ok, 1 the server refused: NOT_FOUND (the plan left the cache,\n"
@@ -116,6 +139,7 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
       {"rank", required_argument, NULL, OPT_RANK},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"format", required_argument, NULL, OPT_FORMAT},
+      PACKCTL_CONN_OPTIONS,
       {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
       {NULL, 0, NULL, 0},
   };
@@ -155,6 +179,10 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
         return packctl_usage_fail(cmd, "--format: expected json or summary, got '%s'", v);
       format = v;
       break;
+    default:
+      if (packctl_conn_take(c, v, err, sizeof err) != 0)
+        return packctl_usage_fail(cmd, "%s", err);
+      break;
     }
   }
   server = packctl_server_address(server);
@@ -168,6 +196,7 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
 
   pk_client_options_t opts;
   pk_client_options_default(&opts);
+  packctl_conn_apply(&opts);
   opts.timeout_s = timeout_s;
   pk_client_t *c = NULL;
   if (pk_client_open(server, &opts, &c, err, sizeof err) != PK_OK) {
@@ -210,8 +239,8 @@ static void health_usage(FILE *f) {
         "  --service NAME      \"\" (default: the whole server) or packd.v1.Planner\n"
         "  --timeout SECONDS   deadline of each check (default 5)\n"
         "  --wait SECONDS      keep asking until SERVING or this much time passed\n"
-        "                      (default 0: ask once; for scripts that just started the server)\n"
-        "  -h, --help          this help\n"
+        "                      (default 0: ask once; for scripts that just started the "
+        "server)\n" PACKCTL_CONN_USAGE "  -h, --help          this help\n"
         "\n"
         "exit status: 0 only when SERVING; 1 NOT_SERVING, unreachable or refused;\n"
         "2 bad flags.\n",
@@ -228,6 +257,7 @@ int packctl_cmd_health(int argc, char **argv) {
       {"service", required_argument, NULL, OPT_SERVICE},
       {"timeout", required_argument, NULL, OPT_TIMEOUT},
       {"wait", required_argument, NULL, OPT_WAIT},
+      PACKCTL_CONN_OPTIONS,
       {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
       {NULL, 0, NULL, 0},
   };
@@ -262,6 +292,12 @@ int packctl_cmd_health(int argc, char **argv) {
         return packctl_usage_fail(cmd, "--wait: expected a positive number of seconds, got '%s'",
                                   v);
       break;
+    default: {
+      char cerr[256];
+      if (packctl_conn_take(c, v, cerr, sizeof cerr) != 0)
+        return packctl_usage_fail(cmd, "%s", cerr);
+      break;
+    }
     }
   }
   server = packctl_server_address(server);
@@ -270,6 +306,7 @@ int packctl_cmd_health(int argc, char **argv) {
                               "missing --server HOST:PORT (or set $PACKD_TARGET or $PACKD_SERVER)");
   pk_client_options_t opts;
   pk_client_options_default(&opts);
+  packctl_conn_apply(&opts);
   opts.timeout_s = timeout_s;
   char err[512];
   int serving = 0;

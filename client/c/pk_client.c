@@ -1,8 +1,11 @@
 /* The packd C client (see pk_client.h). Each call is one batch of six ops on
  * a new call (send metadata, message and close; receive metadata, message
- * and status) plucked from the client's own completion queue. */
+ * and status) plucked from the client's own completion queue. The bearer
+ * token, when there is one, is the one entry of the initial metadata. */
 #include "pk_client.h"
 
+#include <ctype.h>
+#include <errno.h>
 #include <grpc/byte_buffer.h>
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc.h>
@@ -25,7 +28,8 @@ struct pk_client {
   grpc_channel *channel;
   grpc_completion_queue *cq;
   void *registered[M_COUNT]; /* grpc_channel_register_call handles. */
-  pk_client_options_t opts;
+  pk_client_options_t opts;  /* Its file names are not kept: they may not outlive open. */
+  char *authorization;       /* "Bearer <token>", or NULL: no token is sent. */
 };
 
 const char *pk_client_status_name(int code) {
@@ -70,6 +74,151 @@ void pk_client_options_default(pk_client_options_t *opts) {
   opts->max_message_bytes = 64LL << 20;
 }
 
+int pk_client_options_set(pk_client_options_t *opts, const char *name, const char *value, char *err,
+                          size_t errlen) {
+  const char **slot = NULL;
+  if (strcmp(name, "tls-ca") == 0)
+    slot = &opts->tls_ca;
+  else if (strcmp(name, "tls-cert") == 0)
+    slot = &opts->tls_cert;
+  else if (strcmp(name, "tls-key") == 0)
+    slot = &opts->tls_key;
+  else if (strcmp(name, "token-file") == 0)
+    slot = &opts->token_file;
+  else
+    return 0;
+  if (value == NULL || value[0] == '\0') {
+    snprintf(err, errlen, "--%s: expected a file name, got an empty value", name);
+    return PK_EINVAL;
+  }
+  *slot = value;
+  return 1;
+}
+
+void pk_client_options_from_env(pk_client_options_t *opts) {
+  const char **slots[] = {&opts->tls_ca, &opts->tls_cert, &opts->tls_key, &opts->token_file};
+  static const char *const names[] = {"PACKD_TLS_CA", "PACKD_TLS_CLIENT_CERT",
+                                      "PACKD_TLS_CLIENT_KEY", "PACKD_TOKEN_FILE"};
+  for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+    const char *env = getenv(names[i]);
+    if ((*slots[i] == NULL || (*slots[i])[0] == '\0') && env != NULL && env[0] != '\0')
+      *slots[i] = env;
+  }
+}
+
+static int is_set(const char *s) {
+  return s != NULL && s[0] != '\0';
+}
+
+/* PEM files and token files larger than this are not certificates, keys or
+ * tokens. */
+#define PK_CLIENT_FILE_MAX (1 << 20)
+
+/* Reads a whole file into a new NUL-terminated buffer. */
+static int read_file(const char *option, const char *path, char **out, char *err, size_t errlen) {
+  *out = NULL;
+  FILE *f = fopen(path, "rb");
+  if (f == NULL) {
+    snprintf(err, errlen, "%s: cannot read \"%s\": %s", option, path, strerror(errno));
+    return PK_EINVAL;
+  }
+  char *buf = malloc(PK_CLIENT_FILE_MAX + 1);
+  if (buf == NULL) {
+    fclose(f);
+    snprintf(err, errlen, "%s: out of memory", option);
+    return PK_ENOMEM;
+  }
+  size_t n = fread(buf, 1, PK_CLIENT_FILE_MAX + 1, f);
+  int bad = ferror(f);
+  fclose(f);
+  if (bad || n == 0 || n > PK_CLIENT_FILE_MAX) {
+    snprintf(err, errlen, "%s: \"%s\" %s", option, path,
+             bad ? "cannot be read" : (n == 0 ? "is empty" : "is larger than 1 MiB"));
+    free(buf);
+    return PK_EINVAL;
+  }
+  buf[n] = '\0';
+  *out = buf;
+  return PK_OK;
+}
+
+/* "Bearer " and the first token line of the file (blank lines and '#'
+ * comments skipped, the ends trimmed), the way the server reads it. */
+static int read_token(const char *path, char **out, char *err, size_t errlen) {
+  *out = NULL;
+  char *text;
+  int rc = read_file("--token-file", path, &text, err, errlen);
+  if (rc != PK_OK)
+    return rc;
+  rc = PK_EINVAL;
+  snprintf(err, errlen, "--token-file: \"%s\" holds no token", path);
+  for (char *line = text; line != NULL && *line != '\0';) {
+    char *next = strchr(line, '\n');
+    if (next != NULL)
+      *next++ = '\0';
+    while (isspace((unsigned char)*line))
+      line++;
+    size_t n = strlen(line);
+    while (n > 0 && isspace((unsigned char)line[n - 1]))
+      line[--n] = '\0';
+    if (n > 0 && line[0] != '#') {
+      *out = malloc(n + 8);
+      if (*out == NULL) {
+        snprintf(err, errlen, "--token-file: out of memory");
+        rc = PK_ENOMEM;
+      } else {
+        snprintf(*out, n + 8, "Bearer %s", line);
+        rc = PK_OK;
+        err[0] = '\0';
+      }
+      break;
+    }
+    line = next;
+  }
+  memset(text, 0, strlen(text));
+  free(text);
+  return rc;
+}
+
+/* The channel credentials the options ask for (insecure when none). */
+static int channel_credentials(const pk_client_options_t *o, grpc_channel_credentials **out,
+                               char *err, size_t errlen) {
+  *out = NULL;
+  if (!is_set(o->tls_ca) && !is_set(o->tls_cert) && !is_set(o->tls_key)) {
+    *out = grpc_insecure_credentials_create();
+    return PK_OK;
+  }
+  if (is_set(o->tls_cert) != is_set(o->tls_key)) {
+    snprintf(err, errlen, "%s is set but %s is not: a client certificate needs its key",
+             is_set(o->tls_cert) ? "--tls-cert" : "--tls-key",
+             is_set(o->tls_cert) ? "--tls-key" : "--tls-cert");
+    return PK_EINVAL;
+  }
+  char *ca = NULL, *cert = NULL, *key = NULL;
+  int rc = PK_OK;
+  if (is_set(o->tls_ca))
+    rc = read_file("--tls-ca", o->tls_ca, &ca, err, errlen);
+  if (rc == PK_OK && is_set(o->tls_cert))
+    rc = read_file("--tls-cert", o->tls_cert, &cert, err, errlen);
+  if (rc == PK_OK && is_set(o->tls_key))
+    rc = read_file("--tls-key", o->tls_key, &key, err, errlen);
+  if (rc == PK_OK) {
+    grpc_ssl_pem_key_cert_pair pair = {.private_key = key, .cert_chain = cert};
+    /* gRPC copies the PEM texts. */
+    *out = grpc_ssl_credentials_create(ca, cert != NULL ? &pair : NULL, NULL, NULL);
+    if (*out == NULL) {
+      snprintf(err, errlen, "cannot create TLS credentials from the given files");
+      rc = PK_EINVAL;
+    }
+  }
+  free(ca);
+  free(cert);
+  if (key != NULL)
+    memset(key, 0, strlen(key));
+  free(key);
+  return rc;
+}
+
 static grpc_arg int_arg(const char *key, int value) {
   grpc_arg a;
   memset(&a, 0, sizeof a);
@@ -99,7 +248,23 @@ int pk_client_open(const char *target, const pk_client_options_t *opts, pk_clien
     c->opts.max_message_bytes = 64LL << 20;
   int maxmsg = c->opts.max_message_bytes > INT32_MAX ? INT32_MAX : (int)c->opts.max_message_bytes;
 
+  if (is_set(c->opts.token_file)) {
+    int rc = read_token(c->opts.token_file, &c->authorization, err, errlen);
+    if (rc != PK_OK) {
+      free(c);
+      return rc;
+    }
+  }
   grpc_init();
+  grpc_channel_credentials *creds = NULL;
+  int crc = channel_credentials(&c->opts, &creds, err, errlen);
+  if (crc != PK_OK) {
+    grpc_shutdown();
+    free(c->authorization);
+    free(c);
+    return crc;
+  }
+  c->opts.tls_ca = c->opts.tls_cert = c->opts.tls_key = c->opts.token_file = NULL;
   grpc_arg args[] = {
       int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, maxmsg),
       int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, maxmsg),
@@ -108,11 +273,11 @@ int pk_client_open(const char *target, const pk_client_options_t *opts, pk_clien
       int_arg(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1),
   };
   grpc_channel_args cargs = {sizeof args / sizeof args[0], args};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
   c->channel = grpc_channel_create(target, creds, &cargs);
   grpc_channel_credentials_release(creds);
   if (c->channel == NULL) {
     grpc_shutdown();
+    free(c->authorization);
     free(c);
     snprintf(err, errlen, "cannot create a channel to \"%s\"", target);
     return PK_EINVAL;
@@ -133,6 +298,9 @@ void pk_client_close(pk_client_t *c) {
   }
   grpc_completion_queue_destroy(c->cq);
   grpc_channel_destroy(c->channel);
+  if (c->authorization != NULL)
+    memset(c->authorization, 0, strlen(c->authorization));
+  free(c->authorization);
   free(c);
   grpc_shutdown();
 }
@@ -194,10 +362,18 @@ int pk_client_call(pk_client_t *c, const char *method, const uint8_t *req, size_
   grpc_status_code code = GRPC_STATUS_UNKNOWN;
   grpc_slice details = grpc_empty_slice();
 
+  grpc_metadata auth_md;
+  memset(&auth_md, 0, sizeof auth_md);
+  if (c->authorization != NULL) {
+    auth_md.key = grpc_slice_from_static_string("authorization");
+    auth_md.value = grpc_slice_from_static_string(c->authorization);
+  }
+
   grpc_op ops[6];
   memset(ops, 0, sizeof ops);
   ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
-  ops[0].data.send_initial_metadata.count = 0;
+  ops[0].data.send_initial_metadata.count = c->authorization != NULL ? 1 : 0;
+  ops[0].data.send_initial_metadata.metadata = c->authorization != NULL ? &auth_md : NULL;
   ops[0].flags = c->opts.wait_for_ready ? GRPC_INITIAL_METADATA_WAIT_FOR_READY : 0;
   ops[1].op = GRPC_OP_SEND_MESSAGE;
   ops[1].data.send_message.send_message = req_bb;

@@ -13,6 +13,14 @@
  * answer -> PK_EDECODE, anything else -> PK_EINTERNAL). The gRPC status code
  * and the server's message are always in *status when status is not NULL.
  *
+ * Security: with tls_ca or tls_cert set the channel uses TLS (tls_ca: the
+ * CAs that signed the server's certificate; without it gRPC's default
+ * roots); tls_cert and tls_key add a client certificate for servers that
+ * require one (--tls-client-ca). With token_file every call carries
+ * "authorization: Bearer <token>", the first token line of the file. The
+ * files are read by pk_client_open, which names the option and the file
+ * when one cannot be used.
+ *
  * Ownership: messages returned through pointers are protobuf-c messages;
  * free them with their free_unpacked function and a NULL allocator. Byte
  * buffers returned by pk_client_call are freed with free(). */
@@ -37,6 +45,12 @@ typedef struct pk_client_options {
   int64_t max_message_bytes; /* Largest message sent or received; <= 0: 64 MiB. */
   bool wait_for_ready;       /* Wait (up to the deadline) for the server to come up
                               * instead of failing with UNAVAILABLE at once. */
+  /* Connection security; NULL or "" = off. The strings are the caller's and
+   * only read by pk_client_open. */
+  const char *tls_ca;     /* PEM CA certificates that verify the server. */
+  const char *tls_cert;   /* PEM client certificate (mTLS); needs tls_key. */
+  const char *tls_key;    /* PEM private key of tls_cert. */
+  const char *token_file; /* File whose first token line is the bearer token. */
 } pk_client_options_t;
 
 /* The status of one finished call. */
@@ -52,6 +66,17 @@ typedef struct pk_rpc_status {
 
 /* Defaults: timeout 30 s, 64 MiB messages, no wait for ready. */
 void pk_client_options_default(pk_client_options_t *opts);
+
+/* Sets one connection option by its flag name ("tls-ca", "tls-cert",
+ * "tls-key", "token-file"); value is kept by pointer. Returns 1 when name is
+ * one of them, 0 when it is not (the caller parses it), or PK_EINVAL with a
+ * message in err for an empty value. */
+int pk_client_options_set(pk_client_options_t *opts, const char *name, const char *value, char *err,
+                          size_t errlen);
+
+/* Fills the connection options still unset from PACKD_TLS_CA,
+ * PACKD_TLS_CLIENT_CERT, PACKD_TLS_CLIENT_KEY and PACKD_TOKEN_FILE. */
+void pk_client_options_from_env(pk_client_options_t *opts);
 
 /* Opens a channel to target ("HOST:PORT", or any gRPC target such as
  * "unix:/path"). The connection is made lazily by the first call. opts may be

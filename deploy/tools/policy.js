@@ -6,8 +6,13 @@
 //
 // With a plan store (PACKD_PLAN_STORE) it also checks that packd can reach
 // the store (egress), that the password is a file from a Secret and not in
-// the URL, and that a bundled Redis keeps the same security rules and admits
-// only its clients.
+// the URL, that the replicas share a plan id secret, and that a bundled Redis
+// keeps the same security rules and admits only its clients.
+//
+// With transport security (PACKD_TLS_CERT, PACKD_AUTH_TOKEN_FILE) it checks
+// that every key, certificate and token file comes from a Secret volume and
+// that the probes do not use the kubelet's gRPC probe, which cannot speak
+// TLS.
 //
 // checkPolicy(docs) returns a Map from each object that breaks a rule to the
 // list of its problems; objects that keep every rule are not in it.
@@ -95,10 +100,19 @@ function checkProbes(c, env, problems) {
     return;
   }
   const local = LOOPBACK.test(listen.host);
+  const tls = Boolean(env.PACKD_TLS_CERT);
+  const metrics = splitHostPort(env.PACKD_METRICS_LISTEN || "");
   for (const name of ["startupProbe", "readinessProbe", "livenessProbe"]) {
     const p = c[name];
     if (!p) {
       problems.push(`${c.name}: ${name} is missing`);
+    } else if (tls && !local) {
+      // The kubelet's gRPC probe has no TLS: ask the plaintext metrics
+      // listener, whose /readyz follows Health/Check and /healthz liveness.
+      const want = name === "livenessProbe" ? "/healthz" : "/readyz";
+      if (p.grpc) problems.push(`${c.name}: ${name} is a grpc probe, which cannot speak TLS (PACKD_TLS_CERT is set)`);
+      else if (!p.httpGet || p.httpGet.path !== want || !metrics || p.httpGet.port !== metrics.port)
+        problems.push(`${c.name}: ${name} must be httpGet ${want} on the metrics port ${metrics ? metrics.port : "?"}`);
     } else if (!local) {
       // The kubelet probes the pod IP: use its native gRPC health probe.
       if (!p.grpc) problems.push(`${c.name}: ${name} must be a grpc probe`);
@@ -144,6 +158,27 @@ function policiesFor(pod, policies) {
   return policies.filter((np) => selects((np.spec || {}).podSelector, pod.meta.labels));
 }
 
+// A file named by a variable must come from a Secret volume of the pod.
+function checkSecretFile(c, env, pod, name, problems) {
+  const path = env[name];
+  if (!path) return;
+  const m = (c.volumeMounts || []).find((vm) => path.startsWith(String(vm.mountPath).replace(/\/?$/, "/")));
+  const vol = m && (pod.spec.volumes || []).find((v) => v.name === m.name);
+  if (!m) problems.push(`${c.name}: ${name} ${path} is not on a mounted volume`);
+  else if (!vol || !vol.secret) problems.push(`${c.name}: ${name} ${path} must come from a Secret volume`);
+}
+
+// TLS and tokens: every file from a Secret, a key only with its certificate.
+function checkTransportSecurity(c, env, pod, problems) {
+  for (const name of ["PACKD_TLS_CERT", "PACKD_TLS_KEY", "PACKD_TLS_CLIENT_CA", "PACKD_AUTH_TOKEN_FILE",
+    "PACKD_PLAN_ID_SECRET_FILE"])
+    checkSecretFile(c, env, pod, name, problems);
+  if (Boolean(env.PACKD_TLS_CERT) !== Boolean(env.PACKD_TLS_KEY))
+    problems.push(`${c.name}: PACKD_TLS_CERT and PACKD_TLS_KEY must be set together`);
+  if (env.PACKD_TLS_CLIENT_CA && !env.PACKD_TLS_CERT)
+    problems.push(`${c.name}: PACKD_TLS_CLIENT_CA is set without PACKD_TLS_CERT`);
+}
+
 // --plan-store: a redis:// URL (from a Secret or a literal without a
 // password), a password file on a Secret volume, and egress to the store.
 function checkPlanStore(c, env, pod, policies, problems) {
@@ -163,13 +198,11 @@ function checkPlanStore(c, env, pod, policies, problems) {
     const m = /^rediss?:\/\/(?:[^/]*@)?(?:\[[^\]]*\]|[^:/]*)(?::(\d+))?/.exec(store);
     if (m && m[1]) port = Number(m[1]);
   }
-  const pwf = env.PACKD_PLAN_STORE_PASSWORD_FILE;
-  if (pwf) {
-    const m = (c.volumeMounts || []).find((vm) => pwf.startsWith(String(vm.mountPath).replace(/\/?$/, "/")));
-    const vol = m && (pod.spec.volumes || []).find((v) => v.name === m.name);
-    if (!m) problems.push(`${c.name}: PACKD_PLAN_STORE_PASSWORD_FILE ${pwf} is not on a mounted volume`);
-    else if (!vol || !vol.secret) problems.push(`${c.name}: PACKD_PLAN_STORE_PASSWORD_FILE ${pwf} must come from a Secret volume`);
-  }
+  checkSecretFile(c, env, pod, "PACKD_PLAN_STORE_PASSWORD_FILE", problems);
+  // Plan ids are keyed: replicas with keys of their own name one plan
+  // differently, and GetRankPlan on another replica misses it in the store.
+  if (!env.PACKD_PLAN_ID_SECRET_FILE)
+    problems.push(`${c.name}: PACKD_PLAN_STORE is set without PACKD_PLAN_ID_SECRET_FILE (replicas must share the plan id secret)`);
   for (const np of policiesFor(pod, policies)) {
     if (!(np.spec.policyTypes || []).includes("Egress")) continue;
     const open = (np.spec.egress || []).some(
@@ -206,6 +239,7 @@ function checkContainer(doc, c, isInit, pod, configMaps, policies, problems) {
   checkProbes(c, env, problems);
   checkDrain(c, env, pod, problems);
   checkPlanStore(c, env, pod, policies, problems);
+  checkTransportSecurity(c, env, pod, problems);
   const metrics = splitHostPort(env.PACKD_METRICS_LISTEN || "");
   const annotated = (pod.meta.annotations || {})["prometheus.io/port"];
   if (annotated !== undefined && (!metrics || Number(annotated) !== metrics.port))

@@ -158,19 +158,30 @@ def redis():
 
 
 class Replicas:
-    """packd servers sharing one store; stopped (exit 0 required) at the end."""
+    """packd servers sharing one store; stopped (exit 0 required) at the end.
+
+    They share one --plan-id-secret-file too, as the replicas of one
+    deployment must: plan ids are keyed, and a replica with another key
+    would name the same plan differently (test_plan_ids.py)."""
 
     def __init__(self):
         self.servers = []
+        fd, self.secret_file = tempfile.mkstemp(prefix="packd-plan-id-secret-")
+        os.write(fd, os.urandom(32).hex().encode() + b"\n")
+        os.close(fd)
 
     def start(self, redis_url, *args, env=None):
-        s = h.start("--plan-store", redis_url, "--drain-delay", "0", *args, env={**FAST, **(env or {})})
+        s = h.start("--plan-store", redis_url, "--drain-delay", "0",
+                    "--plan-id-secret-file", self.secret_file, *args, env={**FAST, **(env or {})})
         self.servers.append(s)
         return s
 
     def stop_all(self):
-        for s in self.servers:
-            assert s.stop() == 0, s.log()
+        try:
+            for s in self.servers:
+                assert s.stop() == 0, s.log()
+        finally:
+            os.unlink(self.secret_file)
 
 
 @pytest.fixture

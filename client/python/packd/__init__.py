@@ -31,6 +31,7 @@ _LAZY = {
     "Unavailable": ("errors", "Unavailable"),
     "DeadlineExceeded": ("errors", "DeadlineExceeded"),
     "Internal": ("errors", "Internal"),
+    "Unauthenticated": ("errors", "Unauthenticated"),
     "Cost": ("calibration", "Cost"),
     "Calibration": ("calibration", "Calibration"),
     "calibrate": ("calibration", "calibrate"),

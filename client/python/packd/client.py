@@ -14,7 +14,7 @@ import time
 
 import grpc
 
-from . import _health, _request, _stubs
+from . import _health, _request, _security, _stubs
 from .errors import PlanError, error_for
 from .plan import Plan, RankPlan
 
@@ -28,8 +28,12 @@ DEFAULT_MAX_MESSAGE_BYTES = 1 << 30
 class _RemoteTransport:
     kind = "remote"
 
-    def __init__(self, target, options, credentials):
+    def __init__(self, target, options, credentials, metadata=()):
         self._args = (target, options, credentials)
+        # The bearer token travels as call metadata: gRPC only composes call
+        # credentials with TLS, and a token on a plaintext channel (a test, a
+        # sidecar on loopback) must work too.
+        self._metadata = tuple(metadata) or None
         self._open()
 
     def _open(self):
@@ -50,13 +54,13 @@ class _RemoteTransport:
         )
 
     def plan(self, request, timeout):
-        return self._plan(request, timeout=timeout)
+        return self._plan(request, timeout=timeout, metadata=self._metadata)
 
     def rank_plan(self, request, timeout):
-        return self._rank_plan(request, timeout=timeout)
+        return self._rank_plan(request, timeout=timeout, metadata=self._metadata)
 
     def health(self, service, timeout) -> str:
-        resp = self._check(self._req_cls(service=service), timeout=timeout)
+        resp = self._check(self._req_cls(service=service), timeout=timeout, metadata=self._metadata)
         return _health.STATUS_NAMES.get(resp.status, str(resp.status))
 
     def reconnect(self):
@@ -99,7 +103,16 @@ class Client:
     jitter. No other status is retried: a bad request fails at once.
     max_message_bytes: send and receive limit (default 1 GiB, enough for
     plans of millions of sequences).
-    options: extra gRPC channel options (dict), credentials: for TLS.
+    options: extra gRPC channel options (dict).
+
+    Security (see docs/operators.md, Security): ``tls_ca`` (file or PEM
+    bytes of the CAs that signed the server's certificate) turns TLS on;
+    ``tls_cert`` and ``tls_key`` add a client certificate for servers that
+    require one; ``token`` (or ``token_file``) is sent as ``authorization:
+    Bearer <token>``. Unset, they fall back to PACKD_TLS_CA,
+    PACKD_TLS_CLIENT_CERT, PACKD_TLS_CLIENT_KEY and PACKD_TOKEN_FILE.
+    ``credentials`` takes ready
+    grpc.ChannelCredentials instead of the tls_* options.
     """
 
     def __init__(
@@ -113,6 +126,11 @@ class Client:
         max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
         options=None,
         credentials=None,
+        tls_ca=None,
+        tls_cert=None,
+        tls_key=None,
+        token: str | None = None,
+        token_file=None,
         _transport=None,
     ):
         if retries < 0:
@@ -129,8 +147,16 @@ class Client:
             self._transport = _transport
         else:
             self.target = target or os.environ.get("PACKD_TARGET") or DEFAULT_TARGET
+            tls, metadata = _security.channel_security(
+                tls_ca, tls_cert, tls_key, token, token_file, tls_from_env=credentials is None
+            )
+            if credentials is not None and tls is not None:
+                raise ValueError("credentials and tls_*: give one way to set up TLS, not both")
             self._transport = _RemoteTransport(
-                self.target, _channel_options(max_message_bytes, options), credentials
+                self.target,
+                _channel_options(max_message_bytes, options),
+                credentials if credentials is not None else tls,
+                metadata,
             )
 
     @classmethod

@@ -19,6 +19,7 @@ __all__ = [
     "Unavailable",
     "DeadlineExceeded",
     "Internal",
+    "Unauthenticated",
     "error_for",
 ]
 
@@ -84,6 +85,13 @@ class Internal(PlanError):
     code = grpc.StatusCode.INTERNAL
 
 
+class Unauthenticated(PlanError, PermissionError):
+    """The server wants a bearer token this client did not send or that it
+    does not accept (UNAUTHENTICATED): see ``token=`` and ``token_file=``."""
+
+    code = grpc.StatusCode.UNAUTHENTICATED
+
+
 _BY_CODE = {
     cls.code: cls
     for cls in (
@@ -94,6 +102,7 @@ _BY_CODE = {
         Unavailable,
         DeadlineExceeded,
         Internal,
+        Unauthenticated,
     )
 }
 _BY_NUMBER = {c.value[0]: c for c in grpc.StatusCode}

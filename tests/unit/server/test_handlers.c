@@ -26,8 +26,11 @@ static int setup(void **state) {
   fixture_t *f = calloc(1, sizeof *f);
   assert_int_equal(pk_plan_cache_create(64 << 20, 30, &f->cache), PK_OK);
   pk_metrics_init(&f->metrics, 0);
-  f->env =
-      (pk_handler_env_t){f->cache, &f->metrics, 64 << 20, true, 1000.0, NULL, {.max_sequences = 0}};
+  f->env = (pk_handler_env_t){.cache = f->cache,
+                              .metrics = &f->metrics,
+                              .max_message_bytes = 64 << 20,
+                              .serving = true,
+                              .now = 1000.0};
   *state = f;
   return 0;
 }

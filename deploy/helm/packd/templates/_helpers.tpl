@@ -85,7 +85,24 @@ to render rather than produce a pod the kubelet would SIGKILL mid-drain.
 {{- if and .Values.planStore.bundled.enabled (not .Values.planStore.enabled) }}
 {{- fail "planStore.bundled.enabled needs planStore.enabled: the bundled Redis is only there to be packd's plan store" }}
 {{- end }}
+{{- if and .Values.security.tls.enabled (not .Values.security.tls.secretName) }}
+{{- fail "security.tls.enabled needs security.tls.secretName: the kubernetes.io/tls Secret with tls.crt and tls.key (docs/operators.md, Security)" }}
+{{- end }}
+{{- if and .Values.security.tls.clientCaKey (not .Values.security.tls.enabled) }}
+{{- fail "security.tls.clientCaKey needs security.tls.enabled: client certificates are only checked over TLS" }}
+{{- end }}
+{{- if and .Values.security.auth.enabled (not .Values.security.auth.secretName) }}
+{{- fail "security.auth.enabled needs security.auth.secretName: the Secret with the accepted tokens, one a line" }}
+{{- end }}
 {{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
 {{- fail (printf "autoscaling.minReplicas (%v) is above autoscaling.maxReplicas (%v)" .Values.autoscaling.minReplicas .Values.autoscaling.maxReplicas) }}
 {{- end }}
+{{- end }}
+
+{{/*
+True (non-empty) when packd reads files from Secrets: the pod then gets an
+fsGroup, because the files are mode 0440 (readable by packd's group only).
+*/}}
+{{- define "packd.secretFiles" -}}
+{{- if or .Values.planStore.enabled .Values.security.tls.enabled .Values.security.auth.enabled }}true{{ end }}
 {{- end }}
