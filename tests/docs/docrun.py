@@ -45,6 +45,7 @@ import io
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -310,16 +311,29 @@ class Runner:
 
     # -- kinds of blocks ---------------------------------------------------
     def _sh(self, script: str, timeout: float) -> tuple[int, str]:
-        p = subprocess.run(
-            ["bash", "-e", "-o", "pipefail", "-c", script],
-            cwd=self.tmp,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-        )
-        return p.returncode, p.stdout
+        return self._shell(["bash", "-e", "-o", "pipefail", "-c", script], timeout)
+
+    def _shell(self, argv: list, timeout: float) -> tuple[int, str]:
+        """Runs a shell in a session of its own and kills the whole session
+        when it returns or times out, so that nothing a block started in
+        the background (a server) outlives it and holds a port."""
+        p = subprocess.Popen(argv, cwd=self.tmp, env=self.env, stdout=subprocess.PIPE,
+                             stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        try:
+            out, _ = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self._kill_session(p)
+            p.communicate()
+            raise
+        self._kill_session(p)
+        return p.returncode, out
+
+    @staticmethod
+    def _kill_session(p) -> None:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
 
     def _python(self, code: str, where: str) -> tuple[bool, str]:
         buf = io.StringIO()
@@ -461,16 +475,7 @@ class Runner:
     def _sh_plain(self, cmd: str, timeout: float) -> tuple[int, str]:
         """A transcript command: its exit status may be anything (the
         document shows it with ``echo "exit $?"`` where it matters)."""
-        p = subprocess.run(
-            ["bash", "-c", cmd],
-            cwd=self.tmp,
-            env=self.env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            timeout=timeout,
-        )
-        return p.returncode, p.stdout
+        return self._shell(["bash", "-c", cmd], timeout)
 
     def _picture(self, b: Block, timeout: float) -> Result:
         target = b.markers["picture"]
