@@ -1,4 +1,4 @@
-/* Micro-batch completion (auto_complete.c): its packing obeys the cap and
+/* Micro-batch completion (auto/complete.c): its packing obeys the cap and
  * max_seqs and places every item exactly once, on random batches with
  * zero-length items and repeated sizes; it says PK_EPRECOND when the items
  * need more micro-batches than it is given; its exchanges and budget act as
@@ -8,7 +8,7 @@
 #include "compat_fixture.h"
 #include "plan_check.h"
 
-#include "auto_internal.h"
+#include "auto/auto.h"
 #include "pk_planner.h"
 
 /* Packs f's items into at most nbins micro-batches; checks the packing

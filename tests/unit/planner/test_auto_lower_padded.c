@@ -1,4 +1,4 @@
-/* The PADDED cross-column pass (auto_padded_lower.c) against its contract:
+/* The PADDED cross-column pass (auto/padded_lower.c) against its contract:
  * every row stays in exactly one micro-batch, every micro-batch keeps a row
  * and stays within the cap and max_seqs, its bookkeeping (rows, width,
  * tokens) matches its rows, and no column's level rises (so the step cost
@@ -7,7 +7,7 @@
 
 #include <math.h>
 
-#include "auto_internal.h"
+#include "auto/auto.h"
 
 typedef struct packing {
   auto_state_t s;

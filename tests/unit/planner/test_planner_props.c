@@ -386,7 +386,7 @@ static void test_auto_exchanges_across_columns(void **state) {
 
 /* PADDED AUTO: when the cost target leaves fewer runs than micro-batches,
  * halving the costliest runs leaves a tail of half-cost micro-batches; the
- * even band (auto_padded.c) cuts exactly as many runs with costs in one
+ * even band (auto/padded.c) cuts exactly as many runs with costs in one
  * band. Regression: halving alone gave a step cost of 201.16 (17.4 % above
  * the bound 171.39); with the band 183.44 (7.0 %). */
 static void test_auto_padded_even_band(void **state) {

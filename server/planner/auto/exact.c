@@ -10,7 +10,7 @@
  * forward and backward pass more for the step. There the batch is small
  * enough to search: this file decides, within a budget, whether the items
  * fit into m x dp micro-batches, and packs them when they do. AUTO calls it
- * only where its packings missed a count (auto.c), PACKED mode only (the
+ * only where its packings missed a count (driver.c), PACKED mode only (the
  * PADDED count bound is met by the greedy grouping itself).
  *
  * The search is bin completion. Micro-batches ("bins", m x dp of them,
@@ -75,7 +75,7 @@
  * packings gave (never worse than without it). Deterministic: no
  * randomness, a fixed order of everything.
  *
- * The budget. PK_EXACT_STEPS (auto_internal.h) bounds the steps (one
+ * The budget. PK_EXACT_STEPS (knobs.h) bounds the steps (one
  * option of one set tried, or a bin closed and the next opened; 25 to 60
  * ns each on the 2-core development VM) of all the searches of one
  * mini-batch, so a search out of steps costs 4 to 8 ms of CPU there.
@@ -95,7 +95,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 #define EX_NONE UINT32_MAX
 

@@ -1,32 +1,144 @@
-/* Internal interfaces of AUTO, shared by auto.c (state, helpers, the
- * driver and the deal to ranks), auto_packed.c (PACKED packings and their
- * refinement) and auto_padded.c (PADDED packings and their refinement).
- * Not part of the planner's API. Packers return 0, PK_EPRECOND (does not
- * fit: the driver tries another packer or one more group of columns) or
- * PK_ENOMEM. */
-#ifndef PK_AUTO_INTERNAL_H
-#define PK_AUTO_INTERNAL_H
+/* AUTO: packd's own DP balancing and micro-batching, planned jointly, as a
+ * pipeline. Read this header top to bottom: the code runs in this order.
+ *
+ * Ranks run micro-batch j at the same time (lock step), so what costs time is
+ * the costliest rank of every micro-batch slot ("column"): the step cost is
+ * the sum of the column levels. AUTO builds M columns of dp micro-batches
+ * and makes every column level. A packing is `bins` (M x dp micro-batches,
+ * bin = column x dp + slot) and `item_bin` (n entries); every stage reads
+ * and writes it through the helpers of bins.c, which keep each micro-batch
+ * under the cap and max_seqs (pk_bin_fits) and its cost exact (pk_bin_add).
+ *
+ * Stage 0, init (driver.c). The items in size-descending order (the
+ * pipeline's radix sort, ctx->by_size, or a sort here); M starts at
+ * pk_micro_lower_bound (bounds.c: the fewest micro-batches per rank the cap,
+ * max_seqs, min_micro_batches and microbatch_group allow); scratch for up to
+ * n / dp columns. Contract: no packing yet; everything allocated here is
+ * freed on every exit, PK_ECANCELED included.
+ *
+ * Stage 1, count (driver.c). The least M, from the bound up in steps of
+ * microbatch_group, at which one of the candidate packers of stage 2 fits.
+ * PACKED: where the batch nearly fills M columns (PK_AUTO_FULL_FILL), one
+ * first fit pass over every micro-batch tells the count first fit needs;
+ * above the bound, micro-batch completion and repair (complete.c,
+ * repair.c) and the exact search (exact.c, small batches) try fewer. Under
+ * max_seqs, where completion needs far more than M, the least count is
+ * bisected. PADDED: runs of like width are cut at each M until they fit.
+ * Contract: the count is never below the bound, and the step bound
+ * (bounds.c) is computed for the count reached.
+ *
+ * Stage 2, candidate packers. At the count, each candidate whose worth()
+ * says it may pay runs; the packing with the lowest step cost is kept and
+ * its name goes into the trace (pk_auto_trace_t below).
+ *   PACKED (packed.c): "levels" (each column's level set by its largest
+ *   item, items placed without raising levels), "tiers" (like items dealt in
+ *   tiers of dp), "first-fit" (first fit decreasing, micro-batches sorted by
+ *   cost and dealt in tiers of dp), "completion" (complete.c, max_seqs),
+ *   "exact" (exact.c). With equal_count only "tiers".
+ *   PADDED (padded.c, the table padded_candidates): "halved", "even-band",
+ *   "levels", "cap-levels", "cut-search" (runs.c), "level-search"
+ *   (levels.c). With equal_count only whole tiers per column.
+ * Contract: a packer returns 0 with every item placed under the cap and
+ * max_seqs, or PK_EPRECOND (does not fit at this count; the state may hold
+ * anything), PK_ENOMEM or PK_ECANCELED.
+ *
+ * Stage 3, improvers. PACKED: "refine" (packed.c: moves and swaps inside a
+ * column between its costliest and cheapest micro-batches) and "lower"
+ * (lower.c: items leave each column's costliest micro-batches for
+ * micro-batches of other columns that stay at or below their own level).
+ * PADDED: "lower-padded" (padded_lower.c), not with equal_count.
+ * Contract: an improver never raises the step cost and keeps the count.
+ *
+ * Stage 4, deal (deal.c): each column's micro-batches go to ranks,
+ * costliest to the rank with the least total so far. Contract: any
+ * permutation inside a column leaves the step cost unchanged, so the deal
+ * only balances the ranks' totals.
+ *
+ * Stopping. The driver polls the caller's stop callback (pk_stopped)
+ * between stages, and every loop that can run long ticks a counter
+ * (pk_auto_tick) that polls every PK_AUTO_POLL_EVERY work units. Once the
+ * callback said stop it is never called again, and PK_ECANCELED goes up the
+ * stack with every scratch buffer freed.
+ *
+ * Knobs. Every threshold and budget is in knobs.h with its unit and reason.
+ * Shared structures that know nothing of AUTO are in rooms.h (room and
+ * head trees). Costs: one O(n) radix sort (pipeline), O(n log dp) per
+ * packing try, and bounded refinement per column.
+ *
+ * Not part of the planner's API. */
+#ifndef PK_AUTO_H
+#define PK_AUTO_H
 
+#include "knobs.h"
 #include "pk_internal.h"
+#include "rooms.h"
 
-/* A packing within this fraction of the step bound (bounds.c) is not
- * improved further: at most that much could be gained. */
-#define PK_AUTO_GOOD_ENOUGH 1e-3
+/* ---- Stopping (see the overview) ------------------------------------------ */
 
-/* A packing within this fraction of the step bound is close: the second
- * column packing is not tried after it (auto_packed.c), and where first fit
- * is this close the tier packing goes first (auto.c). */
-#define PK_AUTO_CLOSE 5e-3
+typedef struct pk_auto_stop {
+  const pk_ctx_t *ctx; /* Its limits hold the callback (may be NULL). */
+  uint32_t ticks;      /* Work units since the last poll. */
+  bool stopped;        /* The callback said stop: never called again. */
+} pk_auto_stop_t;
 
-/* Candidate columns or micro-batches tried for one tier or item. */
-#define PK_AUTO_TRIES 16
+/* Polls now (between stages). NULL: never stops. */
+static inline bool pk_auto_poll(pk_auto_stop_t *st) {
+  if (st == NULL)
+    return false;
+  if (!st->stopped) {
+    st->ticks = 0;
+    st->stopped = pk_stopped(st->ctx);
+  }
+  return st->stopped;
+}
 
-/* A max segment tree over room left, to find the first column or
- * micro-batch with at least a given room in O(log size). */
-typedef struct room_tree {
-  uint32_t leaves; /* A power of two >= size. */
-  uint64_t *t;     /* 2 * leaves; t[leaves + i] is the room of entry i. */
-} room_tree_t;
+/* Counts `work` units and polls once PK_AUTO_POLL_EVERY have gone by: a
+ * counter and a branch per call, so long loops may call it every
+ * iteration. NULL: never stops. */
+static inline bool pk_auto_tick(pk_auto_stop_t *st, uint32_t work) {
+  if (st == NULL)
+    return false;
+  if (st->stopped)
+    return true;
+  st->ticks += work;
+  if (st->ticks < PK_AUTO_POLL_EVERY)
+    return false;
+  return pk_auto_poll(st);
+}
+
+/* Whether a stop was seen already (never calls the callback). */
+static inline bool pk_auto_stopped(const pk_auto_stop_t *st) {
+  return st != NULL && st->stopped;
+}
+
+/* ---- The trace: which candidate won, what each stage gained ---------------- */
+
+#define PK_AUTO_TRACE_STAGES 16
+
+typedef struct pk_auto_stage_rec {
+  const char *name; /* A packer or improver name (the overview's). */
+  double before;    /* Step cost before the stage (0 for a packer). */
+  double after;     /* Step cost after it (its packing's, for a packer). */
+  double us;        /* Its wall-clock time, microseconds. */
+} pk_auto_stage_rec_t;
+
+typedef struct pk_auto_trace {
+  const char *winner; /* The candidate packer whose packing was kept. */
+  uint32_t m;         /* The count reached. */
+  double step;        /* The final step cost. */
+  uint32_t nstages;
+  pk_auto_stage_rec_t stage[PK_AUTO_TRACE_STAGES];
+} pk_auto_trace_t;
+
+/* The trace of the calling thread's last AUTO mini-batch (trace.c): what
+ * bench_planner --trace prints. Never NULL; zeroed at the start of each. */
+pk_auto_trace_t *pk_auto_trace_last(void);
+/* Appends a record (dropped past PK_AUTO_TRACE_STAGES). */
+void pk_auto_trace_add(const char *name, double before, double after, double us);
+/* Microseconds of a monotonic clock. */
+double pk_auto_now_us(void);
+
+/* ---- The state every stage shares -------------------------------------- */
 
 /* The sort keys of a column's micro-batch (pk_auto_sort_slots). */
 typedef struct slot_key {
@@ -47,30 +159,31 @@ typedef struct auto_state {
                          * or of its roomiest one plus one (level packing). */
   room_tree_t bins_rt;  /* Room of each micro-batch (phase 3). */
   room_tree_t col_room; /* Token room left per column (level packing). */
+  pk_auto_stop_t *stop; /* The stop poll (NULL: never stops); a pointer so
+                         * that stages given a const state may tick it. */
 } auto_state_t;
 
-/* Room trees (auto.c). */
-int pk_tree_init(room_tree_t *rt, uint32_t size);
-void pk_tree_set(room_tree_t *rt, uint32_t i, uint64_t room);
-void pk_tree_rebuild(room_tree_t *rt);
-/* The first entry at or after `from` with room >= need, or UINT32_MAX. */
-uint32_t pk_tree_find(const room_tree_t *rt, uint32_t from, uint64_t need);
+/* ---- Packings (bins.c) -------------------------------------------------- */
 
-/* A max tree of doubles beside a room tree with the same leaves (the level
- * packing's headroom per column: the cost an item may add to the column's
- * cheapest micro-batch without raising its level). */
-typedef struct head_tree {
-  uint32_t leaves; /* The room tree's. */
-  double *t;       /* 2 * leaves; t[leaves + i] is the value of entry i. */
-} head_tree_t;
-/* Sets entry i and walks up while the maxima change. */
-void pk_head_set(head_tree_t *ht, uint32_t i, double head);
-/* The first entry at or after `from` with room >= need in rt and head >=
- * cost in ht, or UINT32_MAX. */
-uint32_t pk_find_room_head(const room_tree_t *rt, const head_tree_t *ht, uint32_t from,
-                           uint64_t need, double cost);
+/* A packing: micro-batches and the micro-batch of every item. The state's
+ * own (pk_auto_packing) is a view; packings kept aside own their arrays. */
+typedef struct pk_packing {
+  pk_bin_t *bins;
+  uint32_t *item_bin;
+} pk_packing_t;
 
-/* Shared helpers (auto.c). */
+/* Arrays for nbins micro-batches and n items. 0 or PK_ENOMEM (then nothing
+ * is held); pk_packing_free frees either way. */
+int pk_packing_alloc(pk_packing_t *p, size_t nbins, uint32_t n);
+void pk_packing_free(pk_packing_t *p);
+/* dst = src over the first nbins micro-batches and all n items. */
+void pk_packing_copy(pk_packing_t *dst, const pk_packing_t *src, size_t nbins, uint32_t n);
+/* The state's packing, as a view (nothing to free). */
+static inline pk_packing_t pk_auto_packing(auto_state_t *s) {
+  return (pk_packing_t){.bins = s->bins, .item_bin = s->item_bin};
+}
+
+/* ---- Packing helpers (bins.c) ----------------------------------------- */
 /* The room micro-batch i has left (0 when it holds max_seqs items). */
 uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i);
 /* Column c's level: the cost of its costliest micro-batch. */
@@ -95,7 +208,7 @@ void pk_auto_bin_lists(const auto_state_t *s, uint32_t *head, uint32_t *next);
 /* Moves item k to micro-batch `to`, keeping the per-bin lists head/next. */
 void pk_auto_move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t k, uint32_t to);
 
-/* PACKED (auto_packed.c). saved_* hold s->m x dp micro-batches and n items. */
+/* PACKED (packed.c). saved_* hold s->m x dp micro-batches and n items. */
 int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order);
 /* The second half of pk_auto_pack_bins_first, after first fit placed every
@@ -104,13 +217,13 @@ int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order);
 int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_tiers(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, bool tiers_first,
-                      pk_bin_t *saved_bins, uint32_t *saved_item_bin);
+                      pk_packing_t *saved);
 int pk_auto_refine_columns(auto_state_t *s);
 /* Moves items from the costliest micro-batches of each column into
- * micro-batches of other columns below their level (auto_lower.c). */
+ * micro-batches of other columns below their level (lower.c). */
 int pk_auto_lower_columns(auto_state_t *s);
 
-/* First fit repair (auto_repair.c). On entry s->bins and s->item_bin hold
+/* First fit repair (repair.c). On entry s->bins and s->item_bin hold
  * a packing over `top` x dp micro-batches with every item placed (first fit
  * decreasing, or micro-batch completion).
  * Tries top - group, top - 2 group, ... (not below lo): each count takes the
@@ -123,7 +236,7 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
                         uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin,
                         uint32_t *count);
 
-/* Micro-batch completion (auto_complete.c), PACKED: fills micro-batches
+/* Micro-batch completion (complete.c), PACKED: fills micro-batches
  * one at a time, the largest item left first, then the largest that fits;
  * where more room is left than the micro-batch's share of the room
  * `target` micro-batches would leave (target 0: wherever room is left), its
@@ -150,16 +263,7 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
 int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
                     uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin, uint32_t *count);
 
-/* The exact search (auto_exact.c), PACKED. Steps all the searches of one
- * mini-batch may take (a step: one option of a bin's set tried, or a bin
- * closed and the next opened, 25 to 60 ns): a search out of steps costs 4
- * to 8 ms, and twice as many packed no more batches (auto_exact.c). */
-#define PK_EXACT_STEPS (1u << 17)
-/* The most items of a mini-batch it searches: larger batches reach the
- * bound greedily (the bench's, from 512 up, all do), and their searches
- * run out of steps more often (auto_exact.c). */
-#define PK_EXACT_MAX_ITEMS 256u
-
+/* The exact search (exact.c), PACKED; its budget is PK_EXACT_STEPS. */
 typedef struct pk_exact_budget {
   uint64_t steps;     /* Steps left. */
   uint32_t runs;      /* Searches run. */
@@ -174,7 +278,7 @@ typedef struct pk_exact_budget {
  * does not apply; s unchanged. PK_ENOMEM. Deterministic. */
 int pk_auto_exact(auto_state_t *s, const uint32_t *order, uint32_t m, pk_exact_budget_t *budget);
 
-/* PADDED (auto_padded.c). A run of the width-sorted order: a micro-batch
+/* PADDED (padded.c). A run of the width-sorted order: a micro-batch
  * whose widest row is the run's first. */
 typedef struct padded_group {
   uint32_t first, rows; /* Positions [first, first + rows) of the order. */
@@ -192,12 +296,13 @@ typedef struct padded_rows {
    * cost and cap_rows): runs opened inside a class at one target all take
    * the same rows, so counts move a class at a time. */
   uint32_t *class_end;
+  pk_auto_stop_t *stop; /* The stop poll (NULL after pk_padded_rows_init). */
 } padded_rows_t;
 
 int pk_padded_rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order);
 void pk_padded_rows_free(padded_rows_t *rt);
 
-/* The cut search (auto_runs.c): `count` runs that cover positions [0,
+/* The cut search (runs.c): `count` runs that cover positions [0,
  * rt->n), in any order, come back in position order with their step cost
  * (costs sorted descending, in tiers of dp, the sum of the tier tops) no
  * higher, every run within its first row's cap_rows. `moves` bounds the
@@ -206,7 +311,7 @@ void pk_padded_rows_free(padded_rows_t *rt);
 int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t count, uint32_t dp,
                         uint32_t moves, uint64_t seed);
 
-/* Runs of the width order at a target cost (auto_padded.c). The number of
+/* Runs of the width order at a target cost (padded.c). The number of
  * runs of positions [from, n) at target t, at most limit + 1 (out, when
  * given, gets them); the least target at which there are at most `target`
  * (negative where none is; `fits`, when positive, is a target known to
@@ -221,7 +326,7 @@ double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t t
 int pk_padded_halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_t from, uint32_t g,
                            uint32_t target);
 
-/* The level search (auto_levels.c): from `runs` (m x dp runs covering
+/* The level search (levels.c): from `runs` (m x dp runs covering
  * positions [0, rt->n)), walks of the width order at moved column levels;
  * where one gives runs with a lower step cost than `runs` (costs sorted
  * descending, the sum of every dp-th), the best replace `runs` (0, in no
@@ -231,7 +336,7 @@ int pk_padded_halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_
 int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t m, uint32_t dp,
                          uint64_t work);
 
-/* PADDED (auto_padded.c). */
+/* PADDED (padded.c). */
 int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
                               uint32_t *m_out);
 int pk_auto_refine_padded(auto_state_t *s);
@@ -249,7 +354,7 @@ padded_rows_of_t pk_padded_rows_of(const pk_ctx_t *ctx, const uint32_t *head, co
                                    uint32_t bin);
 /* PADDED: moves rows from each column's costliest micro-batch into
  * micro-batches of other columns that stay within their own column's level
- * (auto_padded_lower.c). Never raises the step cost. */
+ * (padded_lower.c). Never raises the step cost. */
 int pk_auto_lower_padded(auto_state_t *s);
 /* The PADDED packings without equal_count (runs of like width, halved, in
  * an even band or in column levels, then the cut search and the level
@@ -258,6 +363,12 @@ int pk_auto_lower_padded(auto_state_t *s);
  * when m columns cannot hold the items. saved_* hold m x dp micro-batches
  * and n items. */
 int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
-                             pk_bin_t *saved_bins, uint32_t *saved_item_bin);
+                             pk_packing_t *saved);
+
+/* ---- Stage 4, the deal (deal.c) ------------------------------------------ */
+
+/* Gives each column's micro-batches to ranks, costliest to the rank with
+ * the least total so far, and writes the assignment. 0 or PK_ENOMEM. */
+int pk_auto_deal(auto_state_t *s, pk_assign_t *out);
 
 #endif

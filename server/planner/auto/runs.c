@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* At most this many runs leave or join in one move. */
 #define CHANGE_MAX 3

@@ -17,7 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* The most tokens an item may have and still cost at most `slack`
  * (pk_slot_cost inverted, rounded down and kept a hair low, so that a
@@ -264,6 +264,8 @@ static void exchange_column(lower_t *lw, uint32_t c, room_tree_t *rt, double *ro
   partners_pick(lw, c);
   bool fresh = true;
   for (uint32_t step = 0; step < PK_LOWER_MOVES * dp; step++) {
+    if (pk_auto_tick(s->stop, dp))
+      break; /* The caller reads the stop. */
     uint32_t x = base;
     double second = 0;
     for (uint32_t q = 1; q < dp; q++) {
@@ -337,7 +339,12 @@ int pk_auto_lower_columns(auto_state_t *s) {
   double room = 0; /* The sum of the leaves. */
   for (uint32_t i = 0; i < nbins; i++)
     room += (double)rt->t[rt->leaves + i];
+  int rc = 0;
   for (uint32_t c = 0; c < m; c++) {
+    if (pk_auto_tick(s->stop, dp)) {
+      rc = PK_ECANCELED;
+      break;
+    }
     uint32_t base = c * dp;
     double total = 0;
     for (uint32_t q = 0; q < dp; q++) {
@@ -349,6 +356,8 @@ int pk_auto_lower_columns(auto_state_t *s) {
      * costliest micro-batch is brought down to. */
     double target = PK_MAX(0.0, (total - room * cfg->lin) / dp);
     for (uint32_t move = 0; rt->t[1] > 0 && move < PK_LOWER_MOVES * dp; move++) {
+      if (pk_auto_tick(s->stop, dp))
+        break;
       uint32_t x = base;
       for (uint32_t q = 1; q < dp; q++)
         if (s->bins[base + q].cost > s->bins[x].cost)
@@ -392,5 +401,5 @@ int pk_auto_lower_columns(auto_state_t *s) {
   free(head);
   free(next);
   free(level);
-  return 0;
+  return rc;
 }

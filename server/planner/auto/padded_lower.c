@@ -18,7 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* Most reads of one pass: a try reads the micro-batches of the columns
  * with room for the row (found through a tree over the columns' room). */
@@ -88,6 +88,8 @@ static void lower_column(lower_t *lw, uint32_t *head, uint32_t *next, uint32_t c
   const pk_ctx_t *ctx = s->ctx;
   uint32_t dp = s->dp;
   while (lw->work < LOWER_BUDGET) {
+    if (pk_auto_tick(s->stop, dp))
+      return; /* The caller reads the stop. */
     lw->work += dp;
     /* X: the costliest micro-batch of the column. */
     uint32_t x = c * dp;
@@ -154,6 +156,8 @@ int pk_auto_lower_padded(auto_state_t *s) {
     column_update(&lw, c);
   for (uint32_t c = 0; c < m && lw.work < LOWER_BUDGET; c++)
     lower_column(&lw, head, next, c);
+  if (pk_auto_stopped(s->stop))
+    rc = PK_ECANCELED;
 done:
   free(head);
   free(next);

@@ -16,7 +16,7 @@
  * first c x dp never change the choice among them. So one first fit pass
  * gives the leftovers of every count, and the repair walks the counts down
  * from the pass's own one. It takes any packing alike (micro-batch
- * completion, auto_complete.c, fills its micro-batches in order too): the
+ * completion, complete.c, fills its micro-batches in order too): the
  * leftovers of a count are the items beyond it.
  *
  * The work is bounded: the exchange searches of one repair read at most
@@ -32,7 +32,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* Exchanges tried for one micro-batch gathering room. */
 #define PK_REPAIR_SWAPS 64

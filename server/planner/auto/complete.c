@@ -51,7 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* Items the exchange at the end of a micro-batch takes out at most. */
 #define PK_EXCHANGE_MAX 4

@@ -1,5 +1,5 @@
 /* PADDED level search: lowers the step cost of a PADDED packing by moving
- * its column levels, where the cut search (auto_runs.c) does not reach
+ * its column levels, where the cut search (runs.c) does not reach
  * (more than 512 runs or more than 32 per tier) or stops short.
  *
  * A packing is built from levels: given L_0 .. L_{m-2} for all columns but
@@ -35,7 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* Pattern steps, from the coarsest, and the sweeps per step. */
 static const double level_steps[] = {0.08, 0.04, 0.02, 0.01, 0.005};
