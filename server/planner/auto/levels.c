@@ -266,6 +266,8 @@ static double walk(level_walk_t *w, const double *level) {
     w->left[j] = dp;
   uint32_t end = 0; /* The current class's end: rows / waste hold for it. */
   while (i < n && upper > 0) {
+    if (pk_auto_tick(rt->stop, m1))
+      return -1; /* pk_auto_level_search reads the stop. */
     if (i >= end) {
       end = rt->class_end[i];
       class_levels(w, i);
@@ -464,6 +466,8 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
     rc = 0;
   }
 done:
+  if (rc != PK_ENOMEM && pk_auto_stopped(rt->stop))
+    rc = PK_ECANCELED;
   free(idx);
   free(tmp);
   free(level);

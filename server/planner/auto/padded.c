@@ -40,6 +40,10 @@ int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m
   for (; m <= max_m; m += cfg->group) {
     /* Split the widest multi-tier runs until there are m columns. */
     while (used < m) {
+      if (pk_auto_tick(s->stop, used)) {
+        free(bounds);
+        return PK_ECANCELED;
+      }
       uint32_t best = UINT32_MAX;
       uint64_t best_foot = 0;
       for (uint32_t c = 0; c < used; c++) {
@@ -64,7 +68,11 @@ int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m
     bool ok = true;
     for (uint32_t c = 0; c < m && ok; c++)
       for (uint32_t t = bounds[c]; t < bounds[c + 1] && ok; t++)
-        ok = pk_auto_place_tier(s, c, order + (size_t)t * dp);
+        ok = !pk_auto_tick(s->stop, dp) && pk_auto_place_tier(s, c, order + (size_t)t * dp);
+    if (pk_auto_stopped(s->stop)) {
+      free(bounds);
+      return PK_ECANCELED;
+    }
     for (uint32_t i = tiers * dp; i < n && ok; i++) {
       uint32_t k = order[i], best = UINT32_MAX;
       uint64_t best_grow = 0;
@@ -192,13 +200,17 @@ double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t t
   if (fits > lo)
     hi = fits;
   double never = top * (rt->n - from) + 1;
+  /* Each count reads up to target runs: a poll per count. Stopped, no
+   * target is returned (the caller's caller reads the stop). */
   while (pk_padded_count_groups(rt, from, hi, target, NULL) > target) {
-    if (hi > never)
+    if (hi > never || pk_auto_tick(rt->stop, PK_AUTO_POLL_EVERY))
       return -1;
     lo = hi;
     hi *= 2;
   }
   while (hi - lo > hi * 1e-7) {
+    if (pk_auto_tick(rt->stop, PK_AUTO_POLL_EVERY))
+      return -1;
     double mid = (lo + hi) / 2;
     if (pk_padded_count_groups(rt, from, mid, target, NULL) <= target)
       hi = mid;
@@ -226,8 +238,11 @@ static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_grou
   pk_merge_sort_u32(gi, gtmp, g, pk_padded_group_costlier, grp);
   s->m = m;
   memset(s->bins, 0, (size_t)g * sizeof *s->bins);
-  for (uint32_t q = 0; q < g; q++) {
+  int rc = 0;
+  for (uint32_t q = 0; q < g && rc == 0; q++) {
     const padded_group_t *b = &grp[gi[q]];
+    if (pk_auto_tick(s->stop, b->rows + 1))
+      rc = PK_ECANCELED;
     uint32_t bin = q; /* Column q / dp, slot q % dp. */
     for (uint32_t r = 0; r < b->rows; r++) {
       uint32_t k = order[b->first + r];
@@ -237,7 +252,7 @@ static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_grou
   }
   free(gi);
   free(gtmp);
-  return 0;
+  return rc;
 }
 
 /* Whether group x is halved before group y: the costlier first, the lower
@@ -478,6 +493,8 @@ static int even_runs(const padded_rows_t *rt, uint32_t target, double hi_t, padd
   if (!count_range(rt, &band, fewest, most, dq) || fewest[0] > target || most[0] < target)
     goto done;
   while (hi - lo > hi_t * 4e-3) {
+    if (pk_auto_tick(rt->stop, PK_AUTO_POLL_EVERY))
+      goto done; /* The caller reads the stop. */
     band = (even_band_t){.lo_t = (lo + hi) / 2, .hi_t = hi_t};
     if (count_range(rt, &band, fewest, most, dq) && fewest[0] <= target && target <= most[0])
       lo = band.lo_t;
@@ -533,9 +550,11 @@ int pk_auto_refine_padded(auto_state_t *s) {
   for (uint32_t i = 0; i < nbins; i++)
     real[i] = pk_padded_cost(cfg, s->bins[i].count, s->bins[i].width);
   pk_auto_bin_lists(s, head, next);
-  for (uint32_t c = 0; c < m; c++) {
+  for (uint32_t c = 0; c < m && !pk_auto_stopped(s->stop); c++) {
     uint32_t base = c * dp;
     for (uint32_t iter = 0; iter < 2 * dp; iter++) {
+      if (pk_auto_tick(s->stop, dp))
+        break;
       uint32_t x = base, y1 = UINT32_MAX, y2 = UINT32_MAX;
       for (uint32_t q = 0; q < dp; q++) {
         uint32_t i = base + q;
@@ -589,7 +608,7 @@ int pk_auto_refine_padded(auto_state_t *s) {
   free(head);
   free(next);
   free(real);
-  return 0;
+  return pk_auto_stopped(s->stop) ? PK_ECANCELED : 0;
 }
 
 /* Column c's level in PADDED costs (rows x c(widest row)); *sum, when

@@ -27,8 +27,7 @@
  * batch of 65536 random rollouts, cap 32768, one rank, read 73 million
  * pairs (36 ms) on one count and failed. On the bench's batches the
  * repairs that succeed read at most 0.6 million pairs but for one of 18
- * million (a count saved at DP 8, cap 16384), which the bound keeps (the
- * note on issue 2, session 19). */
+ * million (a count saved at DP 8, cap 16384), which the bound keeps. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -149,6 +148,9 @@ static bool gather_room(repair_t *r, uint32_t a_bin, uint64_t need) {
             if (cost > r->work)
               return false;
             r->work -= cost;
+            /* A pair read is a few ns: one work unit per 64. */
+            if (pk_auto_tick(s->stop, (uint32_t)PK_MIN(cost / 64 + 1, PK_AUTO_POLL_EVERY)))
+              return false; /* repair_down reads the stop. */
             exchange_t e = best_exchange(r, a_bin, at, want, wide == 1);
             if (best.gain >= want ? e.gain >= want && e.gain < best.gain : e.gain > best.gain) {
               best = e;
@@ -195,8 +197,7 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
   }
   /* Worth trying only when the leftovers need a small share of the room:
    * with more, the exchanges run out of partners before every leftover is
-   * placed, and the failed try costs as much as a whole plan (the note on
-   * issue 2, session 4, has the offline measurements). */
+   * placed, and the failed try costs as much as a whole plan. */
   if (left_size > room / PK_REPAIR_ROOM_SHARE)
     return PK_EPRECOND;
   pk_tree_rebuild(rt);
@@ -211,6 +212,8 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
   }
   /* Leftovers largest first (order is size-descending). */
   for (uint32_t j = 0; j < nleft; j++) {
+    if (pk_auto_tick(s->stop, 1))
+      return PK_ECANCELED;
     uint32_t k = leftover[j];
     uint64_t need = PK_MAX(ctx->size[k], 1);
     uint32_t at = pk_tree_find(rt, 0, need);
@@ -270,6 +273,8 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
     memset(s->bins + r.nbins, 0, (kept - r.nbins) * sizeof *s->bins);
     *count = c;
   }
+  if (pk_auto_stopped(s->stop))
+    rc = PK_ECANCELED;
 done:
   free(r.head);
   free(r.next);
