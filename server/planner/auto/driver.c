@@ -142,6 +142,7 @@ static int candidates_full(auto_run_t *r, uint32_t *m, bool *again) {
   const pk_ctx_t *ctx = s->ctx;
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t dp = s->dp, n = ctx->n;
+  double t0 = pk_auto_now_us();
   if (r->ffd.bins == NULL && pk_packing_alloc(&r->ffd, (size_t)r->max_m * dp, n) != 0)
     return PK_ENOMEM;
   bool repaired = false;
@@ -213,6 +214,7 @@ static int candidates_full(auto_run_t *r, uint32_t *m, bool *again) {
   pk_packing_t cur = pk_auto_packing(s);
   pk_packing_copy(&r->ffd, &cur, nbins, n);
   double ffd_step = pk_auto_step(s);
+  pk_auto_trace_add(pk_auto_trace_last()->winner, 0, ffd_step, pk_auto_now_us() - t0);
   double bound = pk_step_lower_bound(ctx, *m, ffd_step);
   bool good = ffd_step <= bound * (1 + PK_AUTO_GOOD_ENOUGH);
   bool close = ffd_step <= bound * (1 + PK_AUTO_CLOSE);

@@ -575,10 +575,14 @@ int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, bool tiers_first,
   const column_packer_t *pack[2] = {&column_packers[tiers_first ? 1 : 0],
                                     &column_packers[tiers_first ? 0 : 1]};
   pk_packing_t cur = pk_auto_packing(s);
+  double t0 = pk_auto_now_us();
   int first = pack[0]->run(s, order);
   if (first != 0 && first != PK_EPRECOND)
     return first;
   double first_step = 0;
+  /* Trace: a packer's record holds its own step cost (0 where it did not
+   * fit) as `after`, and the best before it as `before`. */
+  pk_auto_trace_add(pack[0]->name, 0, first == 0 ? pk_auto_step(s) : 0, pk_auto_now_us() - t0);
   if (first == 0) {
     pk_auto_trace_last()->winner = pack[0]->name;
     first_step = pk_auto_step(s);
@@ -588,9 +592,12 @@ int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, bool tiers_first,
   }
   if (pk_auto_poll(s->stop))
     return PK_ECANCELED;
+  t0 = pk_auto_now_us();
   int second = pack[1]->run(s, order);
   if (second != 0 && second != PK_EPRECOND)
     return second;
+  pk_auto_trace_add(pack[1]->name, first_step, second == 0 ? pk_auto_step(s) : 0,
+                    pk_auto_now_us() - t0);
   if (first == 0 && (second != 0 || first_step < pk_auto_step(s)))
     pk_packing_copy(&cur, saved, nbins, n);
   else if (second == 0)

@@ -277,7 +277,7 @@ static void test_complete_max_seqs_opens_largest(void **state) {
  * leave no room for three more beside them, so the count needs hundreds of
  * micro-batches above the count bound. The planner used to walk there one
  * count at a time, two failed packings each (65536 sequences: 25 s at DP
- * 1, the note on issue 2, session 19); it now takes completion's packing
+ * 1); it now takes completion's packing
  * where first fit needs as many. The plan obeys every rule and stays
  * within 2 % of the bound, which counts the room beside those sequences
  * (bounds.c, packed_count_bound). */
