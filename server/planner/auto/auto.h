@@ -35,7 +35,7 @@
  *   tiers of dp), "first-fit" (first fit decreasing, micro-batches sorted by
  *   cost and dealt in tiers of dp), "completion" (complete.c, max_seqs),
  *   "exact" (exact.c). With equal_count only "tiers".
- *   PADDED (padded.c, the table padded_candidates): "halved", "even-band",
+ *   PADDED (padded_best.c, the table padded_candidates): "halved", "even-band",
  *   "levels", "cap-levels", "cut-search" (runs.c), "level-search"
  *   (levels.c). With equal_count only whole tiers per column.
  * Contract: a packer returns 0 with every item placed under the cap and
@@ -336,7 +336,25 @@ int pk_padded_halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_
 int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t m, uint32_t dp,
                          uint64_t work);
 
-/* PADDED (padded.c). */
+/* The runs the PADDED candidates start from (padded.c). Each writes
+ * target = m x dp runs covering every row into grp, or returns PK_EPRECOND
+ * (none at this count), PK_ENOMEM. pk_padded_halved_runs: runs closed at
+ * target cost t, the costliest halved until there are target of them
+ * (*halvings: how many were). pk_padded_level_runs: column levels set by
+ * the widest rows (cap_runs: by their full runs), the rest at their own
+ * target. pk_padded_even_runs: runs with costs in one band as narrow as the
+ * count allows, below hi_t. */
+int pk_padded_halved_runs(const padded_rows_t *rt, uint32_t target, double t, padded_group_t *grp,
+                          uint32_t *halvings);
+int pk_padded_level_runs(const padded_rows_t *rt, uint32_t m, uint32_t dp, double t, bool cap_runs,
+                         padded_group_t *grp);
+int pk_padded_even_runs(const padded_rows_t *rt, uint32_t target, double hi_t, padded_group_t *grp);
+/* Exactly m x dp runs, sorted by cost (descending, stable), into the state:
+ * tier j is column j. 0, PK_ENOMEM, PK_ECANCELED. */
+int pk_padded_deal_groups(auto_state_t *s, const uint32_t *order, const padded_group_t *grp,
+                          uint32_t m);
+
+/* PADDED (padded.c; the candidates in padded_best.c). */
 int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m, uint32_t max_m,
                               uint32_t *m_out);
 int pk_auto_refine_padded(auto_state_t *s);

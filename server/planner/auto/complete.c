@@ -52,15 +52,6 @@
 
 #include "auto.h"
 
-/* Items the exchange at the end of a micro-batch takes out at most. */
-#define PK_EXCHANGE_MAX 4
-
-/* Distinct sizes keep_room reads at most. */
-#define PK_KEEP_RANKS 8
-
-/* Completion packings tried per count (pk_auto_tighten). */
-#define PK_COMPLETE_TRIES 4
-
 /* Levels of the bit set: 64^5 bits cover any item count the planner takes. */
 #define PK_SET_LEVELS 5
 #define PK_NONE UINT32_MAX

@@ -87,6 +87,34 @@
 #define PK_WALK_MAX_UNITS 16u
 #define PK_WALK_ROWS_PER_UNIT 2048u
 
+/* Completion (complete.c): items the exchange at the end of a micro-batch
+ * takes out at most; distinct sizes keep_room reads at most; completion
+ * packings tried per count by pk_auto_tighten. Unit: items; sizes; tries. */
+#define PK_EXCHANGE_MAX 4
+#define PK_KEEP_RANKS 8
+#define PK_COMPLETE_TRIES 4
+
+/* First fit repair (repair.c): exchanges tried for one micro-batch
+ * gathering room; micro-batches that try to gather room for one leftover;
+ * partner micro-batches searched for one exchange; the repair is tried when
+ * the leftovers need at most 1 / PK_REPAIR_ROOM_SHARE of the room; item
+ * pairs its exchange searches may read per item of the batch (a failed
+ * repair on spread-thin room read 73 million pairs, 36 ms, before this
+ * bound; the successful ones on the bench read at most 18 million). */
+#define PK_REPAIR_SWAPS 64
+#define PK_REPAIR_TARGETS 16
+#define PK_REPAIR_PARTNERS 256
+#define PK_REPAIR_ROOM_SHARE 10
+#define PK_REPAIR_WORK_PER_ITEM 320
+
+/* PADDED level search (levels.c): the pattern steps (fractions of a
+ * level, coarsest first), the sweeps per step, and the walks from one
+ * start whatever the work budget. */
+#define PK_WALK_STEPS                                                                              \
+  { 0.08, 0.04, 0.02, 0.01, 0.005 }
+#define PK_WALK_SWEEPS 3
+#define PK_WALK_MAX_WALKS 400u
+
 /* ---- Improvers ---------------------------------------------------------------- */
 
 /* In-column refinement (packed.c): partners (the cheapest micro-batches of
@@ -103,6 +131,25 @@
  * with M). Unit: fraction of the column's mean cost. */
 #define PK_REFINE_TOL_WIDE 2e-5
 #define PK_REFINE_TOL 5e-4
+
+/* Cross-column lowering (lower.c): moves per column are at most
+ * PK_LOWER_MOVES x dp, each reading at most PK_LOWER_SCAN items of the
+ * giving micro-batch; exchanges pick among PK_LOWER_PARTNERS micro-batches
+ * with the most cost to spare and try PK_LOWER_SUBSET_TRIES subsets; they
+ * run only while columns x micro-batches stay within PK_LOWER_EXCHANGE_WORK
+ * (a partner scan per column) and the plan is more than
+ * PK_LOWER_EXCHANGE_GAP above the step bound. */
+#define PK_LOWER_MOVES 4
+#define PK_LOWER_SCAN 32
+#define PK_LOWER_PARTNERS 4
+#define PK_LOWER_SUBSET_TRIES 8
+#define PK_LOWER_EXCHANGE_WORK (1u << 16)
+#define PK_LOWER_EXCHANGE_GAP 5e-3
+
+/* PADDED cross-column lowering (padded_lower.c): the most micro-batch
+ * reads of one pass (a try reads the micro-batches of the columns with room
+ * for the row). About 4 ms at most. Unit: reads. */
+#define PK_LOWER_PADDED_READS 4000000u
 
 /* ---- Numerical tolerances ------------------------------------------------ */
 

@@ -61,11 +61,6 @@ static uint32_t find_receiver(const auto_state_t *s, uint64_t size) {
   return pk_tree_find(&s->bins_rt, 0, size);
 }
 
-/* The moves per column are bounded by PK_LOWER_MOVES x dp, and each looks
- * at no more than PK_LOWER_SCAN items of the giving micro-batch. */
-#define PK_LOWER_MOVES 4
-#define PK_LOWER_SCAN 32
-
 /* Exchanges: when no item of the costliest micro-batch x fits anywhere
  * whole, x can still give an item a for the smallest items B of a
  * micro-batch y with cost to spare (tokens kept within both caps): x falls
@@ -74,8 +69,6 @@ static uint32_t find_receiver(const auto_state_t *s, uint64_t size) {
  * column). y is one of PK_LOWER_PARTNERS micro-batches of other columns
  * with the most cost to spare, or the cheapest of x's column; each keeps
  * its PK_LOWER_SCAN first items sorted by size with prefix sums. */
-#define PK_LOWER_PARTNERS 4
-#define PK_LOWER_SUBSET_TRIES 8
 
 typedef struct partner {
   uint32_t bin, count; /* count items sorted in items[]. */
@@ -239,10 +232,8 @@ static int exchange_once(lower_t *lw, uint32_t x, double need) {
   return best_p;
 }
 
-/* The work bound on exchanges (columns x micro-batches), and the gap to the
- * step bound they are tried above. */
-#define PK_LOWER_EXCHANGE_WORK (1u << 16)
-#define PK_LOWER_EXCHANGE_GAP 5e-3
+/* Exchanges run within PK_LOWER_EXCHANGE_WORK and above
+ * PK_LOWER_EXCHANGE_GAP (knobs.h). */
 
 /* Exchanges for column c while its costliest micro-batch can fall: toward
  * the level the other columns' spare cost would allow, a quarter of the way

@@ -556,8 +556,12 @@ int pk_auto_refine_columns(auto_state_t *s) {
  * above the bound, but for one win of 0.03 %. In the nearly full batches
  * where first fit came within 0.5 % the tier packing did well and the level
  * packing, which costs five times as much there (10 against 2 ms at n =
- * 65536), was 3 to 8 % above the bound in 3 of 5. `saved` holds m x dp
- * micro-batches and n items. The winner's name goes into the trace. */
+ * 65536), was 3 to 8 % above the bound in 3 of 5. The second also wins
+ * where costs count sequences heavily (cost.per_sequence; the tier
+ * packing deals like counts), though on the bench grid it never did
+ * (bench/planner/README.md, "AUTO stages: what each one pays"). `saved`
+ * holds m x dp micro-batches and n items. The winner's name goes into the
+ * trace. */
 typedef struct column_packer {
   const char *name;
   int (*run)(auto_state_t *, const uint32_t *);

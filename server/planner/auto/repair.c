@@ -33,18 +33,6 @@
 
 #include "auto.h"
 
-/* Exchanges tried for one micro-batch gathering room. */
-#define PK_REPAIR_SWAPS 64
-/* Micro-batches that try to gather room for one leftover. */
-#define PK_REPAIR_TARGETS 16
-/* Partner micro-batches searched for one exchange. */
-#define PK_REPAIR_PARTNERS 256
-/* The repair is tried when the leftovers need at most 1 / this of the room. */
-#define PK_REPAIR_ROOM_SHARE 10
-/* Item pairs the exchange searches of one repair may read, per item of the
- * batch (see the top of this file). */
-#define PK_REPAIR_WORK_PER_ITEM 320
-
 typedef struct repair {
   auto_state_t *s;
   uint32_t nbins;
