@@ -5,8 +5,10 @@ Per stage (a candidate packer or an improver, names as in
 server/planner/auto/auto.h): the configurations where it ran, those where it
 won (lowered the step cost by more than 0.01 % of it: an improver against
 the packing it was given; a PADDED candidate or the second column packer
-against the best packing before it), its largest and mean gain where it
-won, and its time (sum over the configurations, and the largest).
+against the best packing before it), how often a packer that ran first
+was the one kept, its largest and mean gain where it won, and its time
+(sum over the configurations, and the largest; wall-clock, read by the
+planner around each stage).
 
 Usage: bench/planner/stages.py TRACE.csv
 """
@@ -23,6 +25,7 @@ def main():
     rows = list(csv.DictReader(open(sys.argv[1], newline="")))
     ran = defaultdict(set)
     won = defaultdict(list)
+    kept = defaultdict(int)
     us = defaultdict(float)
     us_max = defaultdict(float)
     winners = defaultdict(int)
@@ -41,15 +44,17 @@ def main():
         us_max[stage] = max(us_max[stage], t)
         if before > 0 and after > 0 and after < before * (1 - NOISE):
             won[stage].append((before - after) / before)
+        elif before == 0 and r["winner"] == name:
+            kept[stage] += 1
     for key, winner in configs:
         winners[(key[4], winner)] += 1
-    print("| mode | stage | ran in | won in | gain max | gain mean (won) | time sum ms | "
-          "time max ms |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| mode | stage | ran in | kept (first packer) | won in | gain max | gain mean (won) | "
+          "time sum ms | time max ms |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for stage in sorted(ran):
         g = won[stage]
-        print("| %s | %s | %d | %d | %s | %s | %.2f | %.3f |" % (
-            stage[0], stage[1], len(ran[stage]), len(g),
+        print("| %s | %s | %d | %s | %d | %s | %s | %.2f | %.3f |" % (
+            stage[0], stage[1], len(ran[stage]), kept[stage] or "-", len(g),
             "%.4f %%" % (100 * max(g)) if g else "-",
             "%.4f %%" % (100 * sum(g) / len(g)) if g else "-",
             us[stage] / 1e3, us_max[stage] / 1e3))

@@ -184,6 +184,9 @@ static inline pk_packing_t pk_auto_packing(auto_state_t *s) {
 }
 
 /* ---- Packing helpers (bins.c) ----------------------------------------- */
+/* Empties the first `count` micro-batches of the state, polling the stop
+ * between chunks; false when stopped (then partly cleared). */
+bool pk_auto_clear_bins(auto_state_t *s, size_t count);
 /* The room micro-batch i has left (0 when it holds max_seqs items). */
 uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i);
 /* Column c's level: the cost of its costliest micro-batch. */
@@ -296,10 +299,14 @@ typedef struct padded_rows {
    * cost and cap_rows): runs opened inside a class at one target all take
    * the same rows, so counts move a class at a time. */
   uint32_t *class_end;
-  pk_auto_stop_t *stop; /* The stop poll (NULL after pk_padded_rows_init). */
+  pk_auto_stop_t *stop; /* The stop poll (NULL: never stops). */
 } padded_rows_t;
 
 int pk_padded_rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order);
+/* The same, polling `stop` (kept in rt->stop for the searches over rt):
+ * PK_ECANCELED when stopped. pk_padded_rows_free frees either way. */
+int pk_padded_rows_init_polled(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order,
+                               pk_auto_stop_t *stop);
 void pk_padded_rows_free(padded_rows_t *rt);
 
 /* The cut search (runs.c): `count` runs that cover positions [0,

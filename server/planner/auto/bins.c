@@ -115,8 +115,12 @@ int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count) {
   if (count == 0)
     return 0;
   uint32_t nbins = s->m * s->dp;
-  for (uint32_t i = 0; i < s->bins_rt.leaves; i++)
+  for (uint32_t i = 0; i < s->bins_rt.leaves; i++) {
+    /* Millions of leaves where the pass spans every possible count. */
+    if ((i & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+      return PK_ECANCELED;
     s->bins_rt.t[s->bins_rt.leaves + i] = i < nbins ? pk_auto_bin_room(s, i) : 0;
+  }
   pk_tree_rebuild(&s->bins_rt);
   for (uint32_t j = 0; j < count; j++) {
     if (pk_auto_tick(s->stop, 1))
@@ -170,6 +174,18 @@ void pk_auto_move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t
   for (uint32_t q = head[from]; q != UINT32_MAX; q = next[q])
     a->width = PK_MAX(a->width, ctx->size[q]);
   pk_bin_add(ctx, &s->bins[to], k);
+}
+
+bool pk_auto_clear_bins(auto_state_t *s, size_t count) {
+  /* 64 Ki micro-batches (2 MiB) at a time: clearing n of them for a pass
+   * over every possible count takes a hundred milliseconds at 4 M. */
+  const size_t chunk = (size_t)1 << 16;
+  for (size_t at = 0; at < count; at += chunk) {
+    if (pk_auto_tick(s->stop, PK_AUTO_POLL_EVERY))
+      return false;
+    memset(s->bins + at, 0, PK_MIN(chunk, count - at) * sizeof *s->bins);
+  }
+  return true;
 }
 
 int pk_packing_alloc(pk_packing_t *p, size_t nbins, uint32_t n) {

@@ -382,10 +382,12 @@ static void complete_pool_free(complete_pool_t *cp) {
   free(cp->p.le);
 }
 
-static int complete_pool_build(const pk_ctx_t *ctx, const uint32_t *order, complete_pool_t *cp) {
+static int complete_pool_build(const pk_ctx_t *ctx, const uint32_t *order, complete_pool_t *cp,
+                               pk_auto_stop_t *stop) {
   uint32_t n = ctx->n;
   size_pool_t *p = &cp->p;
   memset(cp, 0, sizeof *cp);
+  cp->stop = stop;
   p->order = order;
   cp->items = pk_malloc_array(n, sizeof *cp->items);
   cp->ranks = pk_malloc_array(n, sizeof *cp->ranks);
@@ -397,6 +399,8 @@ static int complete_pool_build(const pk_ctx_t *ctx, const uint32_t *order, compl
       p->first == NULL || p->taken == NULL || set_init(&p->left, n) != 0)
     return PK_ENOMEM;
   for (uint32_t j = 0; j < n; j++) {
+    if ((j & 1023) == 0 && pk_auto_tick(stop, 1024))
+      return PK_ECANCELED;
     uint64_t size = ctx->size[order[j]];
     cp->total += size;
     if (j == 0 || size != p->size[p->ranks - 1]) {
@@ -485,6 +489,10 @@ static int pack_complete(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
     uint32_t fewer = rc == 0 ? *used : nbins + 1, got = 0;
     if (fewer <= 1)
       break;
+    if (pk_auto_poll(cp->stop)) {
+      rc = PK_ECANCELED;
+      break;
+    }
     int alt = complete_once(ctx, cp, target, mode, fewer - 1, alt_bins, alt_item_bin, &got);
     if (alt == 0) {
       memcpy(bins, alt_bins, (size_t)got * sizeof *bins);
@@ -504,8 +512,7 @@ static int pack_complete(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
 int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t target,
                           uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
   complete_pool_t cp;
-  int rc = complete_pool_build(s->ctx, order, &cp);
-  cp.stop = s->stop;
+  int rc = complete_pool_build(s->ctx, order, &cp, s->stop);
   if (rc == 0)
     rc = pack_complete(s->ctx, &cp, target, nbins, bins, item_bin, used);
   complete_pool_free(&cp);
@@ -541,11 +548,11 @@ int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_
    * bound. */
   uint32_t aim = lo * dp, tried[PK_COMPLETE_TRIES];
   complete_pool_t cp;
-  if (complete_pool_build(s->ctx, order, &cp) != 0) {
+  int built = complete_pool_build(s->ctx, order, &cp, s->stop);
+  if (built != 0) {
     complete_pool_free(&cp);
-    return PK_ENOMEM;
+    return built;
   }
-  cp.stop = s->stop;
   for (int tries = 0; tries < PK_COMPLETE_TRIES; tries++) {
     for (int q = 0; q < tries; q++)
       if (tried[q] == aim)
@@ -563,6 +570,10 @@ int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_
     if (rc == 0 && reached < best) {
       best = reached;
       adopt(s, best, top, save_bins, save_item_bin);
+    }
+    if (pk_auto_poll(s->stop)) {
+      complete_pool_free(&cp);
+      return PK_ECANCELED;
     }
     if (best <= lo)
       break;

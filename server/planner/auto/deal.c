@@ -45,7 +45,11 @@ int pk_auto_deal(auto_state_t *s, pk_assign_t *out) {
   }
   /* Columns by their maximum, descending (merge sort, stable). */
   pk_merge_sort_u32(cols, ctmp, m, value_greater, col_max);
-  for (uint32_t ci = 0; ci < m; ci++) {
+  for (uint32_t ci = 0; ci < m && rc == 0; ci++) {
+    if (pk_auto_tick(s->stop, dp)) {
+      rc = PK_ECANCELED;
+      break;
+    }
     uint32_t c = cols[ci];
     uint32_t base = c * dp;
     /* Micro-batches of the column, costliest first: pk_auto_sort_slots gives
@@ -61,7 +65,11 @@ int pk_auto_deal(auto_state_t *s, pk_assign_t *out) {
       rank_cost[ranks[i]] += s->bins[base + slot].cost;
     }
   }
-  for (uint32_t k = 0; k < n; k++) {
+  for (uint32_t k = 0; k < n && rc == 0; k++) {
+    if ((k & 1023) == 0 && pk_auto_tick(s->stop, 1024)) {
+      rc = PK_ECANCELED;
+      break;
+    }
     uint32_t bin = s->item_bin[k];
     out->rank[k] = slot_rank[bin];
     out->micro[k] = bin / dp;

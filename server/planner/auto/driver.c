@@ -39,8 +39,8 @@ typedef struct auto_run {
 static uint32_t ffd_min_micro(auto_state_t *s, const uint32_t *order, uint32_t max_m) {
   uint32_t n = s->ctx->n, saved_m = s->m;
   s->m = max_m;
-  memset(s->bins, 0, (size_t)max_m * s->dp * sizeof *s->bins);
-  int rc = pk_auto_place_rest(s, order, n);
+  int rc =
+      pk_auto_clear_bins(s, (size_t)max_m * s->dp) ? pk_auto_place_rest(s, order, n) : PK_ECANCELED;
   s->m = saved_m;
   if (rc != 0)
     return UINT32_MAX;
@@ -213,9 +213,15 @@ static int candidates_full(auto_run_t *r, uint32_t *m, bool *again) {
   size_t nbins = (size_t)*m * dp;
   pk_packing_t cur = pk_auto_packing(s);
   pk_packing_copy(&r->ffd, &cur, nbins, n);
+  if (pk_auto_poll(&r->stop))
+    return PK_ECANCELED;
   double ffd_step = pk_auto_step(s);
   pk_auto_trace_add(pk_auto_trace_last()->winner, 0, ffd_step, pk_auto_now_us() - t0);
+  if (pk_auto_poll(&r->stop))
+    return PK_ECANCELED;
   double bound = pk_step_lower_bound(ctx, *m, ffd_step);
+  if (pk_auto_poll(&r->stop))
+    return PK_ECANCELED;
   bool good = ffd_step <= bound * (1 + PK_AUTO_GOOD_ENOUGH);
   bool close = ffd_step <= bound * (1 + PK_AUTO_CLOSE);
   rc = repaired || good ? PK_EPRECOND : pk_auto_pack_best(s, r->order, close, &r->saved);

@@ -239,7 +239,8 @@ static bool bin_costlier(const void *arg, uint32_t x, uint32_t y) {
 }
 
 int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order) {
-  memset(s->bins, 0, (size_t)s->m * s->dp * sizeof *s->bins);
+  if (!pk_auto_clear_bins(s, (size_t)s->m * s->dp))
+    return PK_ECANCELED;
   int rc = pk_auto_place_rest(s, order, s->ctx->n);
   return rc != 0 ? rc : pk_auto_bins_finish(s, order);
 }
@@ -266,14 +267,18 @@ int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
   }
   for (uint32_t i = 0; i < nbins; i++)
     head[i] = UINT32_MAX;
-  for (uint32_t j = 0; j < n; j++) {
+  for (uint32_t j = 0; j < n && rc == 0; j++) {
+    if ((j & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+      rc = PK_ECANCELED;
     uint32_t k = order[j], b = s->item_bin[k];
     next[k] = head[b];
     head[b] = k;
   }
   uint32_t donor = 0;
   for (uint32_t i = 0; i < nbins && rc == 0; i++) {
-    if (s->bins[i].count != 0)
+    if ((i & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+      rc = PK_ECANCELED;
+    if (rc != 0 || s->bins[i].count != 0)
       continue;
     while (donor < nbins && s->bins[donor].count < 2)
       donor++;
@@ -294,10 +299,19 @@ int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
   free(next);
   if (rc != 0)
     goto done;
-  /* Micro-batches by cost, descending (stable merge sort). */
+  /* Micro-batches by cost, descending (stable merge sort); a poll on each
+   * side of it (O(nbins log nbins), tens of milliseconds at 4 M items). */
+  if (pk_auto_poll(s->stop)) {
+    rc = PK_ECANCELED;
+    goto done;
+  }
   for (uint32_t i = 0; i < nbins; i++)
     perm[i] = i;
   pk_merge_sort_u32(perm, tmp, nbins, bin_costlier, s->bins);
+  if (pk_auto_poll(s->stop)) {
+    rc = PK_ECANCELED;
+    goto done;
+  }
   /* tmp: old bin -> new bin. */
   for (uint32_t q = 0; q < nbins; q++) {
     tmp[perm[q]] = q;
@@ -306,6 +320,8 @@ int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
   memcpy(s->bins, moved, (size_t)nbins * sizeof *s->bins);
   for (uint32_t k = 0; k < n; k++)
     s->item_bin[k] = tmp[s->item_bin[k]];
+  if (pk_auto_poll(s->stop))
+    rc = PK_ECANCELED;
 done:
   free(perm);
   free(tmp);

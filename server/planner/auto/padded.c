@@ -118,15 +118,22 @@ int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m
  * sorted by cost, descending, are dealt in tiers of dp: tier j is column j,
  * so the micro-batches that run together cost nearly the same. */
 int pk_padded_rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order) {
+  return pk_padded_rows_init_polled(rt, ctx, order, NULL);
+}
+
+int pk_padded_rows_init_polled(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order,
+                               pk_auto_stop_t *stop) {
   uint32_t n = ctx->n;
   rt->n = n;
-  rt->stop = NULL;
+  rt->stop = stop;
   rt->cost = pk_malloc_array(n, sizeof *rt->cost);
   rt->cap_rows = pk_malloc_array(n, sizeof *rt->cap_rows);
   rt->class_end = pk_malloc_array(n, sizeof *rt->class_end);
   if (rt->cost == NULL || rt->cap_rows == NULL || rt->class_end == NULL)
     return PK_ENOMEM;
   for (uint32_t i = 0; i < n; i++) {
+    if ((i & 1023) == 0 && pk_auto_tick(stop, 1024))
+      return PK_ECANCELED; /* The caller frees rt. */
     uint32_t k = order[i];
     rt->cost[i] = ctx->cost[k];
     rt->cap_rows[i] = (uint32_t)PK_MIN(pk_padded_cap_rows(ctx->cfg, ctx->size[k]), (uint64_t)n);
@@ -193,6 +200,8 @@ double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t t
                               double fits) {
   double total = 0, top = 0;
   for (uint32_t i = from; i < rt->n; i++) {
+    if (((i - from) & 1023) == 0 && pk_auto_tick(rt->stop, 1024))
+      return -1; /* Stopped: the caller's caller reads the stop. */
     total += rt->cost[i];
     top = PK_MAX(top, rt->cost[i]);
   }

@@ -183,12 +183,11 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
   padded_group_t *best_grp = pk_malloc_array(target, sizeof *best_grp);
   pk_auto_trace_t *trace = pk_auto_trace_last();
   double t0 = pk_auto_now_us();
-  int rc = pk_padded_rows_init(&rt, ctx, order);
+  int rc = pk_padded_rows_init_polled(&rt, ctx, order, s->stop);
   if (rc == 0 && (grp == NULL || best_grp == NULL))
     rc = PK_ENOMEM;
   if (rc != 0)
     goto done;
-  rt.stop = s->stop;
   double t = pk_padded_least_target(&rt, 0, target, 0), best = 0, step = 0;
   if (t < 0) {
     rc = PK_EPRECOND;

@@ -172,6 +172,8 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
   uint32_t n = ctx->n, nbins = r->nbins, nleft = 0;
   uint64_t left_size = 0, room = 0;
   for (uint32_t j = 0; j < n; j++) {
+    if ((j & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+      return PK_ECANCELED;
     uint32_t k = order[j];
     if (s->item_bin[k] >= nbins) {
       leftover[nleft++] = k;
@@ -192,6 +194,8 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
   for (uint32_t i = 0; i < nbins; i++)
     r->head[i] = UINT32_MAX;
   for (uint32_t j = n; j-- > 0;) {
+    if ((j & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+      return PK_ECANCELED;
     uint32_t k = order[j], b = s->item_bin[k];
     if (b < nbins) {
       r->next[k] = r->head[b];
@@ -246,7 +250,7 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
     rc = PK_ENOMEM;
     goto done;
   }
-  while (*count >= lo + group) {
+  while (*count >= lo + group && !pk_auto_poll(s->stop)) {
     uint32_t c = *count - group;
     size_t kept = (size_t)*count * dp;
     memcpy(save_bins, s->bins, kept * sizeof *save_bins);
