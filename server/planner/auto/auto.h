@@ -172,6 +172,12 @@ typedef struct pk_packing {
   uint32_t *item_bin;
 } pk_packing_t;
 
+/* 0 when the state's packing is whole: every item in one of its m x dp
+ * micro-batches, none empty, each within the cap and max_seqs, and each
+ * micro-batch's count, tokens, cost (within rounding) and, in PADDED mode,
+ * width those of its items; PK_EINTERNAL otherwise, PK_ENOMEM. O(n + m x
+ * dp). Debug builds run it after every stage (driver.c). */
+int pk_packing_check(const auto_state_t *s);
 /* Arrays for nbins micro-batches and n items. 0 or PK_ENOMEM (then nothing
  * is held); pk_packing_free frees either way. */
 int pk_packing_alloc(pk_packing_t *p, size_t nbins, uint32_t n);

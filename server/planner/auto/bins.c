@@ -4,6 +4,7 @@
  * lists with single-item moves. Every stage reads and writes packings
  * through these, so the fit check (pk_bin_fits) and the cost bookkeeping
  * (pk_bin_add) live in one place. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -186,6 +187,37 @@ bool pk_auto_clear_bins(auto_state_t *s, size_t count) {
     memset(s->bins + at, 0, PK_MIN(chunk, count - at) * sizeof *s->bins);
   }
   return true;
+}
+
+int pk_packing_check(const auto_state_t *s) {
+  const pk_ctx_t *ctx = s->ctx;
+  const pk_cfg_t *cfg = ctx->cfg;
+  size_t nbins = (size_t)s->m * s->dp;
+  pk_bin_t *re = pk_calloc(nbins > 0 ? nbins : 1, sizeof *re);
+  if (re == NULL)
+    return PK_ENOMEM;
+  int rc = 0;
+  double total = 0;
+  for (uint32_t k = 0; k < ctx->n && rc == 0; k++) {
+    if (s->item_bin[k] >= nbins)
+      rc = PK_EINTERNAL; /* An item outside the count. */
+    else
+      pk_bin_add(ctx, &re[s->item_bin[k]], k);
+    total += ctx->cost[k] > 0 ? ctx->cost[k] : 0;
+  }
+  /* Costs are sums of doubles added in another order: equal within
+   * rounding of the batch's total. */
+  double slack = (total + 1) * PK_AUTO_REL_EPS;
+  for (size_t i = 0; i < nbins && rc == 0; i++) {
+    const pk_bin_t *b = &s->bins[i], *r = &re[i];
+    bool same = b->sum == r->sum && b->count == r->count && fabs(b->cost - r->cost) <= slack &&
+                (cfg->mode != PK_MODE_PADDED || b->width == r->width);
+    bool within = r->count <= cfg->max_seqs && pk_bin_footprint(cfg, r) <= cfg->cap;
+    if (!same || !within || r->count == 0)
+      rc = PK_EINTERNAL;
+  }
+  free(re);
+  return rc;
 }
 
 int pk_packing_alloc(pk_packing_t *p, size_t nbins, uint32_t n) {

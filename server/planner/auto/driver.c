@@ -101,13 +101,36 @@ static void run_free(auto_run_t *r) {
   free(s->item_bin);
 }
 
-/* Runs one stage that changes the packing and records its step cost before
- * and after and its time in the trace. */
+/* Debug builds check every stage's output against its contract: a whole
+ * packing within the cap and max_seqs (pk_packing_check), and for an
+ * improver a step cost no higher than before. PK_EINTERNAL names the stage
+ * (stage_failed); release builds skip the check (O(n) per stage). */
+#ifdef NDEBUG
+#define PK_AUTO_SELF_CHECK 0
+#else
+#define PK_AUTO_SELF_CHECK 1
+#endif
+
+static _Thread_local const char *stage_failed; /* The stage a self-check caught. */
+
+static int self_check(const char *name, const auto_state_t *s, double before) {
+  if (!PK_AUTO_SELF_CHECK)
+    return 0;
+  int rc = pk_packing_check(s);
+  if (rc == 0 && before > 0 && pk_auto_step(s) > before * (1 + PK_AUTO_TIE_EPS))
+    rc = PK_EINTERNAL;
+  if (rc == PK_EINTERNAL)
+    stage_failed = name;
+  return rc;
+}
+
+/* Runs one improver and records its step cost before and after and its
+ * time in the trace. */
 static int traced(const char *name, auto_state_t *s, int (*stage)(auto_state_t *)) {
   double t0 = pk_auto_now_us(), before = pk_auto_step(s);
   int rc = stage(s);
   pk_auto_trace_add(name, before, rc == 0 ? pk_auto_step(s) : before, pk_auto_now_us() - t0);
-  return rc;
+  return rc == 0 ? self_check(name, s, before) : rc;
 }
 
 /* Stages 1 to 3, PADDED without equal_count: the least count whose runs
@@ -121,6 +144,8 @@ static int padded_pipeline(auto_run_t *r, uint32_t m) {
       return PK_ECANCELED;
     rc = pk_auto_pack_padded_best(&r->s, r->order, m, &r->saved);
   }
+  if (rc == 0)
+    rc = self_check(pk_auto_trace_last()->winner, &r->s, 0);
   if (rc == 0 && pk_auto_poll(&r->stop))
     rc = PK_ECANCELED;
   if (rc == 0)
@@ -364,6 +389,8 @@ static int packed_pipeline(auto_run_t *r, uint32_t m) {
       continue;
     if (rc == 0)
       pk_auto_trace_add("candidates", 0, pk_auto_step(&r->s), pk_auto_now_us() - t0);
+    if (rc == 0)
+      rc = self_check(pk_auto_trace_last()->winner, &r->s, 0);
     if (rc == 0 && pk_auto_poll(&r->stop))
       rc = PK_ECANCELED;
     if (rc == 0)
@@ -394,6 +421,8 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
   if (rc == 0 && cfg->mode == PK_MODE_PADDED && cfg->equal_count) {
     rc = pk_auto_pack_padded_tiers(&r.s, r.order, m, r.max_m, &m);
     trace->winner = "padded-tiers";
+    if (rc == 0)
+      rc = self_check(trace->winner, &r.s, 0);
   } else if (rc == 0 && cfg->mode == PK_MODE_PADDED) {
     rc = padded_pipeline(&r, m);
   } else if (rc == 0) {
@@ -420,6 +449,9 @@ int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errl
             n, dp, r.max_m);
   else if (rc == PK_ENOMEM)
     pk_fail(err, errlen, rc, "%u sequences: out of memory", n);
+  else if (rc == PK_EINTERNAL)
+    pk_fail(err, errlen, rc, "AUTO's %s stage broke its contract (debug self-check)",
+            stage_failed != NULL ? stage_failed : "?");
   run_free(&r);
   return rc;
 }
