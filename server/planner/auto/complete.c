@@ -495,9 +495,9 @@ static int pack_complete(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
     }
     int alt = complete_once(ctx, cp, target, mode, fewer - 1, alt_bins, alt_item_bin, &got);
     if (alt == 0) {
-      memcpy(bins, alt_bins, (size_t)got * sizeof *bins);
+      pk_packing_t dst = {bins, item_bin}, src = {alt_bins, alt_item_bin};
+      pk_packing_copy(&dst, &src, got, n);
       memset(bins + got, 0, (size_t)(nbins - got) * sizeof *bins);
-      memcpy(item_bin, alt_item_bin, (size_t)n * sizeof *item_bin);
       *used = got;
       rc = 0;
     } else if (alt != PK_EPRECOND) {
@@ -521,12 +521,12 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
 
 /* Moves the packing in bins / item_bin (count x dp micro-batches, from
  * pk_auto_pack_complete) into s, over `top` x dp micro-batches. */
-static void adopt(auto_state_t *s, uint32_t count, uint32_t top, const pk_bin_t *bins,
-                  const uint32_t *item_bin) {
+static void adopt(auto_state_t *s, uint32_t count, uint32_t top, pk_bin_t *bins,
+                  uint32_t *item_bin) {
   size_t dp = s->dp;
-  memcpy(s->bins, bins, count * dp * sizeof *s->bins);
+  pk_packing_t cur = pk_auto_packing(s), from = {bins, item_bin};
+  pk_packing_copy(&cur, &from, count * dp, s->ctx->n);
   memset(s->bins + count * dp, 0, (top - count) * dp * sizeof *s->bins);
-  memcpy(s->item_bin, item_bin, (size_t)s->ctx->n * sizeof *s->item_bin);
 }
 
 int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,

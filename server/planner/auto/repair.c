@@ -250,15 +250,14 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
     rc = PK_ENOMEM;
     goto done;
   }
+  pk_packing_t cur = pk_auto_packing(s), save = {save_bins, save_item_bin};
   while (*count >= lo + group && !pk_auto_poll(s->stop)) {
     uint32_t c = *count - group;
     size_t kept = (size_t)*count * dp;
-    memcpy(save_bins, s->bins, kept * sizeof *save_bins);
-    memcpy(save_item_bin, s->item_bin, (size_t)n * sizeof *save_item_bin);
+    pk_packing_copy(&save, &cur, kept, n);
     r.nbins = c * dp;
     if (repair_count(&r, order, leftover) != 0) {
-      memcpy(s->bins, save_bins, kept * sizeof *save_bins);
-      memcpy(s->item_bin, save_item_bin, (size_t)n * sizeof *save_item_bin);
+      pk_packing_copy(&cur, &save, kept, n);
       break;
     }
     /* The micro-batches beyond c are empty now. */
