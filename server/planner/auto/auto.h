@@ -27,17 +27,25 @@
  * Contract: the count is never below the bound, and the step bound
  * (bounds.c) is computed for the count reached.
  *
- * Stage 2, candidate packers. At the count, each candidate whose worth()
- * says it may pay runs; the packing with the lowest step cost is kept and
- * its name goes into the trace (pk_auto_trace_t below).
- *   PACKED (packed.c): "levels" (each column's level set by its largest
- *   item, items placed without raising levels), "tiers" (like items dealt in
- *   tiers of dp), "first-fit" (first fit decreasing, micro-batches sorted by
- *   cost and dealt in tiers of dp), "completion" (complete.c, max_seqs),
- *   "exact" (exact.c). With equal_count only "tiers".
- *   PADDED (padded_best.c, the table padded_candidates): "halved", "even-band",
- *   "levels", "cap-levels", "cut-search" (runs.c), "level-search"
- *   (levels.c). With equal_count only whole tiers per column.
+ * Stage 2, candidate packers (driver.c picks, each packer in its file).
+ * The winner's name goes into the trace (pk_auto_trace_t below).
+ *   PACKED, nearly full: "first-fit" (packed.c: first fit decreasing,
+ *   micro-batches sorted by cost and dealt in tiers of dp), "tighten"
+ *   (complete.c and repair.c, below first fit's count) and "exact" (exact.c,
+ *   small batches); then, unless first fit is within PK_AUTO_GOOD_ENOUGH
+ *   of the step bound or the count was tightened, the column packers below,
+ *   and one that fits is kept over first fit (its columns refine better).
+ *   PACKED otherwise: the column packers "levels" (packed.c: each column's
+ *   level set by its largest item, items placed without raising levels) and
+ *   "tiers" (like items dealt in tiers of dp): the first, and the second
+ *   unless the first is within PK_AUTO_CLOSE of the step bound, the lower
+ *   step kept; where neither fits, "first-fit", then under max_seqs
+ *   "completion" (complete.c), then "exact". With equal_count only "tiers",
+ *   then "exact".
+ *   PADDED (padded_best.c): "halved", then each entry of the table
+ *   padded_candidates whose worth() says it may pay ("even-band", "levels",
+ *   "cap-levels", "cut-search" in runs.c, "level-search" in levels.c); the
+ *   lowest step is kept. With equal_count only whole tiers per column.
  * Contract: a packer returns 0 with every item placed under the cap and
  * max_seqs, or PK_EPRECOND (does not fit at this count; the state may hold
  * anything), PK_ENOMEM or PK_ECANCELED.
@@ -59,6 +67,10 @@
  * (pk_auto_tick) that polls every PK_AUTO_POLL_EVERY work units. Once the
  * callback said stop it is never called again, and PK_ECANCELED goes up the
  * stack with every scratch buffer freed.
+ *
+ * Checks. Debug builds run pk_packing_check after every stage and test the
+ * improvers' contract (driver.c); a broken contract is PK_EINTERNAL naming
+ * the stage.
  *
  * Knobs. Every threshold and budget is in knobs.h with its unit and reason.
  * Shared structures that know nothing of AUTO are in rooms.h (room and
@@ -157,7 +169,7 @@ typedef struct auto_state {
   uint32_t *item_bin;   /* n */
   room_tree_t cols;     /* Per column: room of its fullest micro-batch (tiers)
                          * or of its roomiest one plus one (level packing). */
-  room_tree_t bins_rt;  /* Room of each micro-batch (phase 3). */
+  room_tree_t bins_rt;  /* Room of each micro-batch (first fit). */
   room_tree_t col_room; /* Token room left per column (level packing). */
   pk_auto_stop_t *stop; /* The stop poll (NULL: never stops); a pointer so
                          * that stages given a const state may tick it. */

@@ -110,7 +110,7 @@ bool pk_auto_place_tier(auto_state_t *s, uint32_t c, const uint32_t *items) {
   return false;
 }
 
-/* Phase 3: items one by one, largest first, to the first micro-batch with
+/* First fit: items one by one, largest first, to the first micro-batch with
  * room. */
 int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count) {
   if (count == 0)
