@@ -8,6 +8,9 @@
  * Usage: bench_planner [--workloads DIR] [--quick] [--full] [--csv FILE]
  *                      [--reps-scale X] [--save-samples DIR] [--sweep-only]
  * --sweep-only prints only the micro-batch count sweeps (sweep.c).
+ * --trace FILE writes AUTO's stage trace (trace.c); --auto-only skips the
+ * peers' pairs; --cpu-time times the planning thread's CPU time instead of
+ * wall-clock time (rounds.h).
  * --save-samples writes every batch planned to DIR/WORKLOAD_N_CAP.txt, one
  * length per line (for bench/planner/padded_exact.py and other tools).
  * Progress goes to stderr, tables to stdout. */
@@ -22,6 +25,7 @@
 #include "pk_planner.h"
 #include "rounds.h"
 #include "sweep.h"
+#include "trace.h"
 
 #ifndef PK_SOURCE_DIR
 #define PK_SOURCE_DIR "."
@@ -341,13 +345,13 @@ static int save_sample(const char *dir, const char *name, uint32_t n, uint64_t c
 static void usage(void) {
   fprintf(stderr,
           "usage: bench_planner [--workloads DIR] [--quick] [--full] [--sweep-only] [--csv FILE] "
-          "[--reps-scale X] [--save-samples DIR]\n");
+          "[--reps-scale X] [--save-samples DIR] [--trace FILE] [--auto-only] [--cpu-time]\n");
 }
 
 int main(int argc, char **argv) {
   const char *dir = PK_SOURCE_DIR "/bench/workloads";
-  const char *csv_path = NULL, *samples_dir = NULL;
-  bool quick = false, full = false, sweep_only = false;
+  const char *csv_path = NULL, *samples_dir = NULL, *trace_path = NULL;
+  bool quick = false, full = false, sweep_only = false, auto_only = false;
   double reps_scale = 1.0;
   for (int i = 1; i < argc; i++) {
     if (strcmp(argv[i], "--workloads") == 0 && i + 1 < argc)
@@ -358,6 +362,12 @@ int main(int argc, char **argv) {
       samples_dir = argv[++i];
     else if (strcmp(argv[i], "--reps-scale") == 0 && i + 1 < argc)
       reps_scale = atof(argv[++i]);
+    else if (strcmp(argv[i], "--trace") == 0 && i + 1 < argc)
+      trace_path = argv[++i];
+    else if (strcmp(argv[i], "--auto-only") == 0)
+      auto_only = true;
+    else if (strcmp(argv[i], "--cpu-time") == 0)
+      bench_use_cpu_time();
     else if (strcmp(argv[i], "--quick") == 0)
       quick = true;
     else if (strcmp(argv[i], "--full") == 0)
@@ -411,6 +421,13 @@ int main(int argc, char **argv) {
             "workload,n,dp,cap,mode,algo,status,time_ms,lockstep_eff,lockstep_eff_bound,"
             "dp_imbalance,micro_per_rank,micro_lb,micro_tight_lb,pad_fraction,cap_violations\n");
   }
+  FILE *trace = trace_path != NULL ? fopen(trace_path, "w") : NULL;
+  if (trace_path != NULL && trace == NULL) {
+    fprintf(stderr, "bench_planner: cannot write %s: %s\n", trace_path, strerror(errno));
+    return 1;
+  }
+  if (trace != NULL)
+    trace_header(trace);
 
   printf("# bench_planner\n\n");
   printf("Workloads: `rollout` = prompt U[64,1024] + response log-normal(mu ln 1500, sigma 1) "
@@ -525,7 +542,8 @@ int main(int argc, char **argv) {
             uint64_t tlb = (pooled[mode] + dp - 1) / dp;
             for (size_t a = 0; a < NALGOS; a++) {
               const algo_t *al = &k_algos[a];
-              if (!(al->modes & (mode ? MODE_PADDED_BIT : MODE_PACKED_BIT)))
+              if (!(al->modes & (mode ? MODE_PADDED_BIT : MODE_PACKED_BIT)) ||
+                  (auto_only && al->dp_balance != PK_DP_AUTO))
                 continue;
               const char *mname = mode ? "padded" : "packed";
               if (skip) {
@@ -560,6 +578,8 @@ int main(int argc, char **argv) {
               reps = reps < 1 ? 1 : reps;
               result_t res;
               measure(&req, reps, &res);
+              if (is_auto && trace != NULL)
+                trace_rows(trace, wl[w].name, n, dp, cap, mname);
               agg_t *g = &agg[a];
               if (res.failed) {
                 g->failed++;
@@ -665,6 +685,8 @@ int main(int argc, char **argv) {
     printf("\n");
   if (csv)
     fclose(csv);
+  if (trace)
+    fclose(trace);
 
   printf("## Summary per algorithm\n\n");
   printf("Times are medians of repeated pk_plan calls per configuration, then the mean (max) "

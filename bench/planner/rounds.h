@@ -42,6 +42,10 @@ int rounds_run(rounds_set_t *set, int rounds);
 /* Timing helpers, shared with bench_planner.c: CLOCK_MONOTONIC in
  * milliseconds, and a qsort comparator for doubles, ascending. */
 double bench_now_ms(void);
+/* From now on bench_now_ms reads the calling thread's CPU time instead
+ * (bench_planner --cpu-time): on a machine other jobs load, CPU time moves
+ * far less than wall-clock time, so two builds compare back to back. */
+void bench_use_cpu_time(void);
 int bench_cmp_ms(const void *a, const void *b);
 
 /* Frees what rounds_add copied. */

@@ -1,6 +1,6 @@
 /* Drivers that turn a DP algorithm and a micro-batch algorithm into one
- * assignment with the same micro-batch count on every rank (DESIGN.md rule
- * 2), and FIXED mode. */
+ * assignment with the same micro-batch count on every rank (every rank runs
+ * the same number of micro-batches in lock step), and FIXED mode. */
 #include <stdlib.h>
 #include <string.h>
 

@@ -10,7 +10,7 @@
  * of runs of the width-descending order: give the micro-batch holding the
  * widest row the widest rows after it (as many as it holds), handing its
  * former rows to the micro-batches those came from; no micro-batch widens
- * or gains rows (the exchange at the top of auto_runs.c), so no cost rises;
+ * or gains rows (the exchange at the top of auto/runs.c), so no cost rises;
  * repeat on the rest. So the least padded total P(g) is the least sum of
  * rows x c(first row) over cuts of the order into at most g runs, a run
  * opened by a row of width w taking at most R(w) = pk_padded_cap_rows

@@ -5,7 +5,7 @@
  * descending, c_(1) >= c_(2) >= ...; the columns sorted by level, L_1 >=
  * ... >= L_m, have L_j >= c_((j-1) dp + 1): the j - 1 costliest columns hold
  * (j - 1) dp micro-batches, so one of the (j-1) dp + 1 costliest lies in a
- * column at or below L_j. The exchange at the top of auto_runs.c turns the
+ * column at or below L_j. The exchange at the top of auto/runs.c turns the
  * plan into runs of the width-descending order without raising any
  * micro-batch's cost, so c_((j-1) dp + 1) is at least
  *

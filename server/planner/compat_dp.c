@@ -167,7 +167,7 @@ int pk_compat_dp(const pk_ctx_t *ctx, uint32_t algo, bool equal_count, uint32_t 
   case PK_DP_LPT_EQUAL:
     return dp_lpt(ctx, dp, equal_count || algo == PK_DP_LPT_EQUAL, rank);
   default:
-    /* AUTO is planned by auto.c and never reaches this function. */
+    /* AUTO is planned by auto/driver.c and never reaches this function. */
     return PK_EINTERNAL;
   }
 }

@@ -672,7 +672,7 @@ int pk_compat_micro(const pk_ctx_t *ctx, uint32_t algo, const uint32_t *items, u
     break;
   }
   default:
-    /* AUTO is planned by auto.c and never reaches this function. */
+    /* AUTO is planned by auto/driver.c and never reaches this function. */
     rc = PK_EINTERNAL;
     break;
   }

@@ -3,7 +3,7 @@
  *
  * Pipeline (planner.c): validate -> items (aligned sizes and costs) ->
  * mini-batches -> per mini-batch: DP assignment and micro-batching (AUTO:
- * auto.c; compatibility algorithms: compat_dp.c, compat_micro.c,
+ * auto/, overview in auto/auto.h; compatibility algorithms: compat_dp.c, compat_micro.c,
  * compat_roll.c and compat_roll_cuts.c, driven by assign.c) -> order ->
  * layout and stats. */
 #ifndef PK_INTERNAL_H
@@ -149,8 +149,9 @@ typedef struct pk_assign {
 } pk_assign_t;
 
 /* Partitions the mini-batch into ranks and micro-batches with the AUTO
- * algorithm (auto.c; its packers are in auto_packed.c and auto_padded.c). Arrays of `out` are
- * caller-allocated with n entries. Returns 0, PK_EPRECOND (with a message) or PK_ENOMEM. */
+ * algorithm (auto/driver.c; its stages are listed in auto/auto.h). Arrays of `out` are
+ * caller-allocated with n entries. Returns 0, PK_EPRECOND (with a message), PK_ENOMEM or
+ * PK_ECANCELED (the caller's stop). */
 int pk_auto_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
 
 /* DP balancing by a compatibility algorithm (compat_dp.c): writes rank[k] for
@@ -241,12 +242,12 @@ static inline double pk_slot_cost(const pk_cfg_t *cfg, uint64_t aligned) {
   return cfg->seq + pk_token_cost(cfg, aligned);
 }
 
-/* The DP part of AUTO on its own (auto.c): items dealt in tiers of dp by cost
+/* The DP part of AUTO on its own (auto/deal.c): items dealt in tiers of dp by cost
  * with equal counts (+-1), each tier matched to the lightest ranks. */
 int pk_auto_dp(const pk_ctx_t *ctx, uint32_t *rank);
 
 /* AUTO micro-batching of one rank's items into exactly `count` micro-batches
- * (auto.c): cost LPT under the cap. Returns PK_EPRECOND when they do not fit
+ * (auto/deal.c): cost LPT under the cap. Returns PK_EPRECOND when they do not fit
  * (the caller raises the count). */
 int pk_auto_micro(const pk_ctx_t *ctx, const uint32_t *items, uint32_t nitems, uint32_t count,
                   uint32_t *micro);

@@ -227,7 +227,7 @@ static inline const pk_cell_t *pk_plan_cell(const pk_plan_t *plan, uint32_t rank
   return &plan->cells[(size_t)rank * plan->mini_batches + mini];
 }
 
-/* The effective alignment A of a request (DESIGN.md), or 0 when the request is
+/* The effective alignment A of a request, or 0 when the request is
  * invalid. */
 PK_EXPORT uint32_t pk_alignment(const pk_request_t *req);
 

@@ -101,7 +101,7 @@ static int check_cost(const pk_cost_model_t *c, pk_cfg_t *cfg, char *err, size_t
   return 0;
 }
 
-/* The alignment DESIGN.md prescribes, and the smallest one correctness needs
+/* The default alignment, and the smallest one correctness needs
  * (the zigzag split needs 2*CP equal chunks, Ulysses CP equal shards, and
  * sequence parallelism TP). */
 static void base_alignment(const pk_cfg_t *cfg, bool sp, uint64_t *def, uint64_t *need) {

@@ -1,6 +1,6 @@
-/* Invariant checks every plan must pass (DESIGN.md "Rules every plan obeys"),
- * shared by the planner tests. Each check fails the running cmocka test with
- * a message naming what broke. */
+/* Invariant checks every plan must pass (the rules every plan obeys: the
+ * cap, max_seqs, every index once, equal counts, the bounds), shared by the planner tests. Each
+ * check fails the running cmocka test with a message naming what broke. */
 #ifndef PK_TEST_PLAN_CHECK_H
 #define PK_TEST_PLAN_CHECK_H
 

@@ -1,4 +1,4 @@
-/* Micro-batch completion (auto_complete.c): its packing obeys the cap and
+/* Micro-batch completion (auto/complete.c): its packing obeys the cap and
  * max_seqs and places every item exactly once, on random batches with
  * zero-length items and repeated sizes; it says PK_EPRECOND when the items
  * need more micro-batches than it is given; its exchanges and budget act as
@@ -8,7 +8,7 @@
 #include "compat_fixture.h"
 #include "plan_check.h"
 
-#include "auto_internal.h"
+#include "auto/auto.h"
 #include "pk_planner.h"
 
 /* Packs f's items into at most nbins micro-batches; checks the packing
@@ -277,7 +277,7 @@ static void test_complete_max_seqs_opens_largest(void **state) {
  * leave no room for three more beside them, so the count needs hundreds of
  * micro-batches above the count bound. The planner used to walk there one
  * count at a time, two failed packings each (65536 sequences: 25 s at DP
- * 1, the note on issue 2, session 19); it now takes completion's packing
+ * 1); it now takes completion's packing
  * where first fit needs as many. The plan obeys every rule and stays
  * within 2 % of the bound, which counts the room beside those sequences
  * (bounds.c, packed_count_bound). */

@@ -1,4 +1,4 @@
-/* The exact search (auto_exact.c): AUTO reaches the least micro-batch count
+/* The exact search (auto/exact.c): AUTO reaches the least micro-batch count
  * on small, tight batches. Through pk_plan, on random batches of 10 to 40
  * sequences at 90 to 99.5 % fill (DP 1, 2, 4, with and without max_seqs,
  * zero lengths, two mini-batches, equal_count), every plan keeps every rule
@@ -11,7 +11,7 @@
 #include "compat_fixture.h"
 #include "plan_check.h"
 
-#include "auto_internal.h"
+#include "auto/auto.h"
 #include "pk_planner.h"
 
 /* The brute force: whether the sizes (descending) fit into k bins under

@@ -1,13 +1,15 @@
-/* The PADDED cross-column pass (auto_padded_lower.c) against its contract:
+/* The PADDED cross-column pass (auto/padded_lower.c) against its contract:
  * every row stays in exactly one micro-batch, every micro-batch keeps a row
  * and stays within the cap and max_seqs, its bookkeeping (rows, width,
  * tokens) matches its rows, and no column's level rises (so the step cost
- * never does); on a hand-made packing it lowers the level it should. */
+ * never does); on a hand-made packing it lowers the level it should. Also
+ * pk_packing_check (auto/bins.c), which checks the same of every stage's
+ * packing in debug builds, on that packing and broken copies of it. */
 #include "compat_fixture.h"
 
 #include <math.h>
 
-#include "auto_internal.h"
+#include "auto/auto.h"
 
 typedef struct packing {
   auto_state_t s;
@@ -137,10 +139,42 @@ static void test_lower_random(void **state) {
   assert_true(lowered > 100);
 }
 
+/* pk_packing_check, the debug builds' check after every AUTO stage: the
+ * packing above passes; an item outside the count, a micro-batch whose
+ * tokens or width disagree with its items, one over the cap and an empty
+ * one each fail with PK_EINTERNAL. */
+static void test_packing_check(void **state) {
+  (void)state;
+  uint32_t lens[] = {50, 50, 40, 30, 10, 10, 20};
+  uint32_t bin_of[] = {0, 0, 1, 2, 2, 2, 3};
+  fx_t f;
+  fx_init(&f, lens, 7, 2, PK_MODE_PADDED, 100);
+  fx_build(&f);
+  packing_t p;
+  pack(&p, &f, 2, 2, bin_of);
+  assert_int_equal(pk_packing_check(&p.s), 0);
+  p.item_bin[6] = 4; /* Beyond 2 x 2 micro-batches. */
+  assert_int_equal(pk_packing_check(&p.s), PK_EINTERNAL);
+  pack(&p, &f, 2, 2, bin_of);
+  p.bins[1].sum += 1;
+  assert_int_equal(pk_packing_check(&p.s), PK_EINTERNAL);
+  pack(&p, &f, 2, 2, bin_of);
+  p.bins[2].width = 10;
+  assert_int_equal(pk_packing_check(&p.s), PK_EINTERNAL);
+  uint32_t over[] = {0, 0, 0, 2, 2, 1, 3}; /* 3 x 50 rows: 150 > 100. */
+  pack(&p, &f, 2, 2, over);
+  assert_int_equal(pk_packing_check(&p.s), PK_EINTERNAL);
+  uint32_t empty[] = {0, 0, 1, 2, 2, 2, 2}; /* Micro-batch 3 empty. */
+  pack(&p, &f, 2, 2, empty);
+  assert_int_equal(pk_packing_check(&p.s), PK_EINTERNAL);
+  fx_free(&f);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_lower_moves_across_columns),
       cmocka_unit_test(test_lower_random),
+      cmocka_unit_test(test_packing_check),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }

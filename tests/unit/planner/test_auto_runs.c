@@ -1,17 +1,17 @@
-/* The PADDED cut search (auto_runs.c) and level search (auto_levels.c)
+/* The PADDED cut search (auto/runs.c) and level search (auto/levels.c)
  * against their contracts, and the cut search against exhaustive search:
  * the runs they return cover the width order exactly, each within the cap
  * and max_seqs, with their costs filled in; the step cost of the runs
  * (sorted by cost, tiers of dp, the sum of the tier tops) never rises (the
  * level search changes them only to lower it); on small batches the cut
  * search reaches the least step cost of any cut of the order, which is the
- * least of any PADDED packing (the argument at the top of auto_runs.c;
+ * least of any PADDED packing (the argument at the top of auto/runs.c;
  * test_bounds.c checks packings exhaustively). */
 #include "compat_fixture.h"
 
 #include <math.h>
 
-#include "auto_internal.h"
+#include "auto/auto.h"
 #include "pk_planner.h"
 
 static int cost_desc(const void *a, const void *b) {
@@ -208,7 +208,7 @@ static int by_first(const void *a, const void *b) {
   return x->first < y->first ? -1 : (x->first > y->first ? 1 : 0);
 }
 
-/* The level search (auto_levels.c) on random batches, from poor starting
+/* The level search (auto/levels.c) on random batches, from poor starting
  * cuts: where it answers 0 its runs cover the order exactly, each within
  * the cap and max_seqs, with a step cost below the start's; where it
  * answers PK_EPRECOND the runs are untouched. */
@@ -279,7 +279,7 @@ static void test_level_search_zero_cost_tail(void **state) {
   }
   for (uint32_t i = n; i-- > 0;)
     class_end[i] = i + 1 < n && costs[i + 1] == costs[i] ? class_end[i + 1] : i + 1;
-  padded_rows_t rt = {n, costs, cap_rows, class_end};
+  padded_rows_t rt = {n, costs, cap_rows, class_end, NULL};
   uint64_t seed = 3;
   for (int trial = 0; trial < 200; trial++) {
     padded_group_t runs[20];
@@ -297,7 +297,7 @@ static void test_level_search_zero_cost_tail(void **state) {
 /* Batches where the widest rows pair under the cap (rows cut at a length
  * limit, cap = twice the limit) but a pair costs more than the common
  * target: AUTO's packing reaches the least step cost of any cut (before
- * the cap-run levels of auto_padded.c it did not: 12338.7, 11372.0 and
+ * the cap-run levels of auto/padded.c it did not: 12338.7, 11372.0 and
  * 11690.7 against 11527.3, 11125.3 and 11141.3 on the three below; found
  * by comparing both builds against exhaustive search on random batches). */
 static void test_plan_pairs_the_widest_rows(void **state) {

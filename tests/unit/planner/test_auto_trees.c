@@ -1,5 +1,5 @@
 /* The room tree and the room-and-headroom search of the level packing
- * (auto.c) against a linear scan over random entries: the first entry at or
+ * (auto/rooms.c) against a linear scan over random entries: the first entry at or
  * after `from` that passes, or none. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -10,7 +10,7 @@
 
 #include <cmocka.h>
 
-#include "auto_internal.h"
+#include "auto/auto.h"
 
 static uint64_t rng_state = 0x243F6A8885A308D3ull;
 

@@ -1,6 +1,6 @@
 /* Tests of ROLL dynamic batching (server/planner/compat_roll.c).
  *
- * Seed 001 (shared/seeds/001_*.txt): lengths [7,6,8,5,1,3,8,6], dp 2,
+ * A worked example: lengths [7,6,8,5,1,3,8,6], dp 2,
  * sequence_length_round 2, max_tokens_per_microbatch 10. Sorting and the
  * stride give shard 0 = lengths [1,5,6,8] and shard 1 = [3,6,7,8]; the shared
  * slot widths (max over shards, rounded to 2) are 4, 6, 8, 8.

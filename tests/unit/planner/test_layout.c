@@ -2,7 +2,7 @@
  * total_multiple, fixed_shape, micro-batch order and names. */
 #include "plan_check.h"
 
-/* Seed 000 (ROLL packing) and research/gpu.md 6.1: lengths [2,4,6,1], CP 2,
+/* A worked example (ROLL packing): lengths [2,4,6,1], CP 2,
  * TP 1 -> A = 4, cu_seqlens_padded [0,4,8,16,20]. */
 static void test_roll_packing_example(void **state) {
   (void)state;
@@ -67,7 +67,7 @@ static void test_verl_example(void **state) {
   }
 }
 
-/* Alignment: DESIGN.md defaults and pad_multiple by lcm. */
+/* Alignment: the default alignment (pk_alignment) and pad_multiple by lcm. */
 static void test_alignment_rules(void **state) {
   (void)state;
   uint32_t one = 1;

@@ -1,6 +1,6 @@
 /* Property tests of the whole planner: random requests over every algorithm
- * and mode, and real workloads, each plan checked against every rule of
- * DESIGN.md (plan_check.h), planned twice for determinism. */
+ * and mode, and real workloads, each plan checked against every rule a plan
+ * must keep (plan_check.h), planned twice for determinism. */
 #include "plan_check.h"
 
 /* Plans, checks and re-plans; returns the rc so callers may accept a clear
@@ -279,7 +279,7 @@ static uint32_t first_fit_count(const uint32_t *lengths, uint32_t n, uint32_t dp
  * the batch so that the fill at the bound is 99.7 to 99.99 %; every plan
  * must keep every rule (check_plan: cap, max_seqs, every index once, equal
  * counts, bounds) and be deterministic, and the count may exceed the bound
- * by at most one (the issue's target). Some batches must be ones where first
+ * by at most one (AUTO's target). Some batches must be ones where first
  * fit decreasing alone needs more micro-batches than AUTO plans (the
  * repair did the difference: two caps of the large RL batch); no plan
  * needs more than first fit's count. */
@@ -386,7 +386,7 @@ static void test_auto_exchanges_across_columns(void **state) {
 
 /* PADDED AUTO: when the cost target leaves fewer runs than micro-batches,
  * halving the costliest runs leaves a tail of half-cost micro-batches; the
- * even band (auto_padded.c) cuts exactly as many runs with costs in one
+ * even band (auto/padded.c) cuts exactly as many runs with costs in one
  * band. Regression: halving alone gave a step cost of 201.16 (17.4 % above
  * the bound 171.39); with the band 183.44 (7.0 %). */
 static void test_auto_padded_even_band(void **state) {

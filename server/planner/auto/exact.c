@@ -10,7 +10,7 @@
  * forward and backward pass more for the step. There the batch is small
  * enough to search: this file decides, within a budget, whether the items
  * fit into m x dp micro-batches, and packs them when they do. AUTO calls it
- * only where its packings missed a count (auto.c), PACKED mode only (the
+ * only where its packings missed a count (driver.c), PACKED mode only (the
  * PADDED count bound is met by the greedy grouping itself).
  *
  * The search is bin completion. Micro-batches ("bins", m x dp of them,
@@ -75,7 +75,7 @@
  * packings gave (never worse than without it). Deterministic: no
  * randomness, a fixed order of everything.
  *
- * The budget. PK_EXACT_STEPS (auto_internal.h) bounds the steps (one
+ * The budget. PK_EXACT_STEPS (knobs.h) bounds the steps (one
  * option of one set tried, or a bin closed and the next opened; 25 to 60
  * ns each on the 2-core development VM) of all the searches of one
  * mini-batch, so a search out of steps costs 4 to 8 ms of CPU there.
@@ -95,7 +95,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 #define EX_NONE UINT32_MAX
 
@@ -147,6 +147,7 @@ typedef struct ex_search {
   uint32_t depth, open_at; /* open_at: the current bin's OPEN frame. */
   uint64_t steps;          /* Steps left. */
   bool classes;            /* Sets tried in classes of room (open_bin). */
+  pk_auto_stop_t *stop;    /* The state's stop poll (NULL: never stops). */
 } ex_search_t;
 
 static void fen_add(ex_search_t *x, uint32_t p, uint64_t delta, uint32_t count) {
@@ -479,13 +480,18 @@ static bool backtrack(ex_search_t *x) {
   return true;
 }
 
+/* The search stopped by the caller (run_pass, run). */
+#define EX_STOPPED (-2)
+
 /* Runs the search; EX_FOUND (the stack holds the packing), EX_DEAD (none
- * exists) or -1 (out of steps). */
+ * exists), -1 (out of steps) or EX_STOPPED. */
 static int run_pass(ex_search_t *x, uint64_t steps) {
   int rc = open_bin(x);
   if (rc != EX_PUSHED)
     return rc;
   for (; steps > 0; steps--) {
+    if (pk_auto_tick(x->stop, 1))
+      return EX_STOPPED;
     x->steps--;
     if (choose(x)) {
       rc = apply(x);
@@ -593,7 +599,8 @@ int pk_auto_exact(auto_state_t *s, const uint32_t *order, uint32_t m, pk_exact_b
                    .nbins = (uint32_t)nbins,
                    .ec = cfg->equal_count && dp > 1,
                    .open_at = EX_NONE,
-                   .steps = budget->steps};
+                   .steps = budget->steps,
+                   .stop = s->stop};
   x.leftover = !x.ec && x.max_seqs == UINT32_MAX;
   /* Zero-size items are searched only where they take a slot. */
   uint32_t nitems = n;
@@ -638,7 +645,9 @@ int pk_auto_exact(auto_state_t *s, const uint32_t *order, uint32_t m, pk_exact_b
   budget->steps = x.steps;
   if (found == -1)
     budget->exhausted++;
-  rc = found == EX_FOUND ? adopt(&x, s, order, m, nitems) : PK_EPRECOND;
+  rc = found == EX_FOUND     ? adopt(&x, s, order, m, nitems)
+       : found == EX_STOPPED ? PK_ECANCELED
+                             : PK_EPRECOND;
 done:
   free(x.u);
   free(x.first);

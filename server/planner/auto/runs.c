@@ -29,7 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* At most this many runs leave or join in one move. */
 #define CHANGE_MAX 3
@@ -201,7 +201,13 @@ int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t 
   double cur = step_after(&cs, &none), best = cur;
   double t0 = PK_MAX(cur * 2e-3, 0.15 * total / n);
   pk_rng_t rng = {seed ^ 0x63757473ull};
+  /* A move reads every tier top (count / dp) at most. */
+  uint32_t move_work = PK_MIN(PK_MAX(count / dp, 1u), PK_AUTO_POLL_EVERY);
   for (uint32_t it = 0; it < moves; it++) {
+    if (pk_auto_tick(rt->stop, move_work)) {
+      rc = PK_ECANCELED; /* runs unchanged. */
+      goto done;
+    }
     double temp = t0 * (1.0 - (double)it / moves);
     uint32_t *cut = cs.cut;
     change_t ch = {0};

@@ -1,5 +1,5 @@
 /* PADDED level search: lowers the step cost of a PADDED packing by moving
- * its column levels, where the cut search (auto_runs.c) does not reach
+ * its column levels, where the cut search (runs.c) does not reach
  * (more than 512 runs or more than 32 per tier) or stops short.
  *
  * A packing is built from levels: given L_0 .. L_{m-2} for all columns but
@@ -35,13 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
-/* Pattern steps, from the coarsest, and the sweeps per step. */
-static const double level_steps[] = {0.08, 0.04, 0.02, 0.01, 0.005};
-#define LEVEL_SWEEPS 3
-/* At most this many walks from one start, whatever the work budget. */
-#define LEVEL_WALKS_MAX 400u
+/* Pattern steps, from the coarsest (knobs.h, PK_WALK_STEPS). */
+static const double level_steps[] = PK_WALK_STEPS;
 
 /* `runs` runs of `rows` rows each, the q-th opening at first + q x rows,
  * each costing `cost`, in column `col`. */
@@ -266,6 +263,8 @@ static double walk(level_walk_t *w, const double *level) {
     w->left[j] = dp;
   uint32_t end = 0; /* The current class's end: rows / waste hold for it. */
   while (i < n && upper > 0) {
+    if (pk_auto_tick(rt->stop, m1))
+      return -1; /* pk_auto_level_search reads the stop. */
     if (i >= end) {
       end = rt->class_end[i];
       class_levels(w, i);
@@ -352,7 +351,7 @@ static void pattern_search(level_walk_t *w, double *level, double *trial, double
                            level_best_t *best, uint32_t walks_max, uint64_t work_max) {
   uint32_t m1 = w->m1, walks = 0;
   for (size_t s = 0; s < sizeof level_steps / sizeof *level_steps; s++) {
-    for (int sweep = 0; sweep < LEVEL_SWEEPS; sweep++) {
+    for (int sweep = 0; sweep < PK_WALK_SWEEPS; sweep++) {
       bool improved = false;
       for (uint32_t j = 0; j < m1; j++) {
         for (int dir = 0; dir < 2; dir++) {
@@ -456,14 +455,16 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
     va = second;
     vb = first;
   }
-  pattern_search(&w, a, trial, va, &best, LEVEL_WALKS_MAX, work);
+  pattern_search(&w, a, trial, va, &best, PK_WALK_MAX_WALKS, work);
   if (vb >= 0)
-    pattern_search(&w, b, trial, vb, &best, LEVEL_WALKS_MAX / 2, work);
+    pattern_search(&w, b, trial, vb, &best, PK_WALK_MAX_WALKS / 2, work);
   if (best.step < start * (1 - 1e-9)) {
     expand(best.batch, best.nbatch, runs);
     rc = 0;
   }
 done:
+  if (rc != PK_ENOMEM && pk_auto_stopped(rt->stop))
+    rc = PK_ECANCELED;
   free(idx);
   free(tmp);
   free(level);

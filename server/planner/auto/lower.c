@@ -17,7 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* The most tokens an item may have and still cost at most `slack`
  * (pk_slot_cost inverted, rounded down and kept a hair low, so that a
@@ -61,11 +61,6 @@ static uint32_t find_receiver(const auto_state_t *s, uint64_t size) {
   return pk_tree_find(&s->bins_rt, 0, size);
 }
 
-/* The moves per column are bounded by PK_LOWER_MOVES x dp, and each looks
- * at no more than PK_LOWER_SCAN items of the giving micro-batch. */
-#define PK_LOWER_MOVES 4
-#define PK_LOWER_SCAN 32
-
 /* Exchanges: when no item of the costliest micro-batch x fits anywhere
  * whole, x can still give an item a for the smallest items B of a
  * micro-batch y with cost to spare (tokens kept within both caps): x falls
@@ -74,8 +69,6 @@ static uint32_t find_receiver(const auto_state_t *s, uint64_t size) {
  * column). y is one of PK_LOWER_PARTNERS micro-batches of other columns
  * with the most cost to spare, or the cheapest of x's column; each keeps
  * its PK_LOWER_SCAN first items sorted by size with prefix sums. */
-#define PK_LOWER_PARTNERS 4
-#define PK_LOWER_SUBSET_TRIES 8
 
 typedef struct partner {
   uint32_t bin, count; /* count items sorted in items[]. */
@@ -239,10 +232,8 @@ static int exchange_once(lower_t *lw, uint32_t x, double need) {
   return best_p;
 }
 
-/* The work bound on exchanges (columns x micro-batches), and the gap to the
- * step bound they are tried above. */
-#define PK_LOWER_EXCHANGE_WORK (1u << 16)
-#define PK_LOWER_EXCHANGE_GAP 5e-3
+/* Exchanges run within PK_LOWER_EXCHANGE_WORK and above
+ * PK_LOWER_EXCHANGE_GAP (knobs.h). */
 
 /* Exchanges for column c while its costliest micro-batch can fall: toward
  * the level the other columns' spare cost would allow, a quarter of the way
@@ -264,6 +255,8 @@ static void exchange_column(lower_t *lw, uint32_t c, room_tree_t *rt, double *ro
   partners_pick(lw, c);
   bool fresh = true;
   for (uint32_t step = 0; step < PK_LOWER_MOVES * dp; step++) {
+    if (pk_auto_tick(s->stop, dp))
+      break; /* The caller reads the stop. */
     uint32_t x = base;
     double second = 0;
     for (uint32_t q = 1; q < dp; q++) {
@@ -337,7 +330,12 @@ int pk_auto_lower_columns(auto_state_t *s) {
   double room = 0; /* The sum of the leaves. */
   for (uint32_t i = 0; i < nbins; i++)
     room += (double)rt->t[rt->leaves + i];
+  int rc = 0;
   for (uint32_t c = 0; c < m; c++) {
+    if (pk_auto_tick(s->stop, dp)) {
+      rc = PK_ECANCELED;
+      break;
+    }
     uint32_t base = c * dp;
     double total = 0;
     for (uint32_t q = 0; q < dp; q++) {
@@ -349,6 +347,8 @@ int pk_auto_lower_columns(auto_state_t *s) {
      * costliest micro-batch is brought down to. */
     double target = PK_MAX(0.0, (total - room * cfg->lin) / dp);
     for (uint32_t move = 0; rt->t[1] > 0 && move < PK_LOWER_MOVES * dp; move++) {
+      if (pk_auto_tick(s->stop, dp))
+        break;
       uint32_t x = base;
       for (uint32_t q = 1; q < dp; q++)
         if (s->bins[base + q].cost > s->bins[x].cost)
@@ -392,5 +392,5 @@ int pk_auto_lower_columns(auto_state_t *s) {
   free(head);
   free(next);
   free(level);
-  return 0;
+  return rc;
 }

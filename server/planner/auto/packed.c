@@ -1,10 +1,10 @@
 /* AUTO's PACKED packings: the level packing, first fit with tiers of
  * micro-batches, the tier packing (equal counts), the choice between them
- * and the in-column refinement (see the comment at the top of auto.c). */
+ * and the in-column refinement (see the comment at auto.h). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* Per-column trees over the dp micro-batches: the cheapest one and the one
  * with the most room, each in O(log dp) per update. One node per record,
@@ -139,6 +139,10 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
   for (uint32_t k = 0; k < n; k++)
     left_cost += ctx->cost[k];
   for (uint32_t j = 0; j < n; j++) {
+    if (pk_auto_tick(s->stop, 1)) {
+      rc = PK_ECANCELED;
+      goto done;
+    }
     uint32_t k = order[j];
     uint64_t need = ctx->size[k] + 1;
     double ck = ctx->cost[k];
@@ -235,7 +239,8 @@ static bool bin_costlier(const void *arg, uint32_t x, uint32_t y) {
 }
 
 int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order) {
-  memset(s->bins, 0, (size_t)s->m * s->dp * sizeof *s->bins);
+  if (!pk_auto_clear_bins(s, (size_t)s->m * s->dp))
+    return PK_ECANCELED;
   int rc = pk_auto_place_rest(s, order, s->ctx->n);
   return rc != 0 ? rc : pk_auto_bins_finish(s, order);
 }
@@ -262,14 +267,18 @@ int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
   }
   for (uint32_t i = 0; i < nbins; i++)
     head[i] = UINT32_MAX;
-  for (uint32_t j = 0; j < n; j++) {
+  for (uint32_t j = 0; j < n && rc == 0; j++) {
+    if ((j & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+      rc = PK_ECANCELED;
     uint32_t k = order[j], b = s->item_bin[k];
     next[k] = head[b];
     head[b] = k;
   }
   uint32_t donor = 0;
   for (uint32_t i = 0; i < nbins && rc == 0; i++) {
-    if (s->bins[i].count != 0)
+    if ((i & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+      rc = PK_ECANCELED;
+    if (rc != 0 || s->bins[i].count != 0)
       continue;
     while (donor < nbins && s->bins[donor].count < 2)
       donor++;
@@ -290,10 +299,19 @@ int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
   free(next);
   if (rc != 0)
     goto done;
-  /* Micro-batches by cost, descending (stable merge sort). */
+  /* Micro-batches by cost, descending (stable merge sort); a poll on each
+   * side of it (O(nbins log nbins), tens of milliseconds at 4 M items). */
+  if (pk_auto_poll(s->stop)) {
+    rc = PK_ECANCELED;
+    goto done;
+  }
   for (uint32_t i = 0; i < nbins; i++)
     perm[i] = i;
   pk_merge_sort_u32(perm, tmp, nbins, bin_costlier, s->bins);
+  if (pk_auto_poll(s->stop)) {
+    rc = PK_ECANCELED;
+    goto done;
+  }
   /* tmp: old bin -> new bin. */
   for (uint32_t q = 0; q < nbins; q++) {
     tmp[perm[q]] = q;
@@ -302,6 +320,8 @@ int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
   memcpy(s->bins, moved, (size_t)nbins * sizeof *s->bins);
   for (uint32_t k = 0; k < n; k++)
     s->item_bin[k] = tmp[s->item_bin[k]];
+  if (pk_auto_poll(s->stop))
+    rc = PK_ECANCELED;
 done:
   free(perm);
   free(tmp);
@@ -321,6 +341,8 @@ int pk_auto_pack_tiers(auto_state_t *s, const uint32_t *order) {
   memset(s->bins_rt.t, 0, (size_t)s->bins_rt.leaves * 2 * sizeof *s->bins_rt.t);
   uint32_t tiers = n / dp, t = 0;
   for (; t < tiers; t++) {
+    if (pk_auto_tick(s->stop, dp))
+      return PK_ECANCELED;
     const uint32_t *items = order + (size_t)t * dp;
     if (t < m) {
       if (!pk_auto_place_tier(s, t, items))
@@ -370,11 +392,8 @@ static bool swap_fits(const auto_state_t *s, uint32_t i, uint32_t out, uint32_t 
  * maximum and keeps both under the cap. Moves are skipped with equal_count
  * (they change counts); swaps keep counts. Bounded work per column: with
  * one or two columns (DP balancing alone, as verl's balance_batch asks) the
- * search is wider and runs until the column is level within 2e-5 (verl's balance_batch tests accept
- * 1e-4); with many columns it is narrower and stops within 5e-4 of the column's mean (a column's
- * share of the step cost is small, and time grows with m). */
-#define PK_REFINE_PARTNERS 4
-#define PK_REFINE_SCAN 48
+ * search is wider and runs until the column is level within PK_REFINE_TOL_WIDE; with many
+ * columns it is narrower and stops within PK_REFINE_TOL of the column's mean (knobs.h). */
 
 /* The number of values in v[0..n) (ascending) below x, without branches on
  * the comparisons (the refinement runs this for every item it scans). */
@@ -423,13 +442,18 @@ int pk_auto_refine_columns(auto_state_t *s) {
   pk_auto_bin_lists(s, head, next);
   uint32_t partners = wide ? PK_REFINE_PARTNERS : 2, scan = wide ? PK_REFINE_SCAN : 16;
   uint32_t iters = (wide ? 4 : 2) * dp;
-  double tol = wide ? 2e-5 : 5e-4;
-  for (uint32_t c = 0; c < m; c++) {
+  double tol = wide ? PK_REFINE_TOL_WIDE : PK_REFINE_TOL;
+  int rc = 0;
+  for (uint32_t c = 0; c < m && rc == 0; c++) {
     uint32_t base = c * dp;
     double col_total = 0;
     for (uint32_t q = 0; q < dp; q++)
       col_total += s->bins[base + q].cost;
     for (uint32_t iter = 0; iter < iters; iter++) {
+      if (pk_auto_tick(s->stop, dp)) {
+        rc = PK_ECANCELED;
+        break;
+      }
       uint32_t x = base;
       for (uint32_t q = 1; q < dp; q++)
         if (s->bins[base + q].cost > s->bins[x].cost)
@@ -532,7 +556,7 @@ int pk_auto_refine_columns(auto_state_t *s) {
   free(sorted);
   free(sorted_cost);
   free(nsorted);
-  return 0;
+  return rc;
 }
 
 /* PACKED without equal_count: the level packing and the tier packing both
@@ -544,37 +568,59 @@ int pk_auto_refine_columns(auto_state_t *s) {
  * PK_AUTO_CLOSE: a batch of like items). Where the tier packing wins, the
  * level packing is far above the bound (its heads set levels the other
  * items cannot fill); on the bench grid, read with a build that printed
- * both step costs (issue 2, session 11 note), it won only where the level
- * packing was 1 % or more above the bound, but for one win of 0.03 %. In
- * the nearly full batches where first fit came within 0.5 % the tier
- * packing did well and the level packing, which costs five times as much
- * there (10 against 2 ms at n = 65536), was 3 to 8 % above the bound in 3
- * of 5 (session 12 note). saved_* hold m x dp micro-batches and n items. */
+ * both step costs, it won only where the level packing was 1 % or more
+ * above the bound, but for one win of 0.03 %. In the nearly full batches
+ * where first fit came within 0.5 % the tier packing did well and the level
+ * packing, which costs five times as much there (10 against 2 ms at n =
+ * 65536), was 3 to 8 % above the bound in 3 of 5. The second also wins
+ * where costs count sequences heavily (cost.per_sequence; the tier
+ * packing deals like counts), though on the bench grid it never did
+ * (bench/planner/README.md, "AUTO stages: what each one pays"). `saved`
+ * holds m x dp micro-batches and n items. The winner's name goes into the
+ * trace. */
+typedef struct column_packer {
+  const char *name;
+  int (*run)(auto_state_t *, const uint32_t *);
+} column_packer_t;
+
+static const column_packer_t column_packers[2] = {
+    {"levels", pk_auto_pack_levels},
+    {"tiers", pk_auto_pack_tiers},
+};
+
 int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, bool tiers_first,
-                      pk_bin_t *saved_bins, uint32_t *saved_item_bin) {
-  size_t nbins = (size_t)s->m * s->dp, n = s->ctx->n;
-  int (*pack[2])(auto_state_t *, const uint32_t *) = {pk_auto_pack_levels, pk_auto_pack_tiers};
-  if (tiers_first) {
-    pack[0] = pk_auto_pack_tiers;
-    pack[1] = pk_auto_pack_levels;
-  }
-  int first = pack[0](s, order);
+                      pk_packing_t *saved) {
+  size_t nbins = (size_t)s->m * s->dp;
+  uint32_t n = s->ctx->n;
+  const column_packer_t *pack[2] = {&column_packers[tiers_first ? 1 : 0],
+                                    &column_packers[tiers_first ? 0 : 1]};
+  pk_packing_t cur = pk_auto_packing(s);
+  double t0 = pk_auto_now_us();
+  int first = pack[0]->run(s, order);
   if (first != 0 && first != PK_EPRECOND)
     return first;
   double first_step = 0;
+  /* Trace: a packer's record holds its own step cost (0 where it did not
+   * fit) as `after`, and the best before it as `before`. */
+  pk_auto_trace_add(pack[0]->name, 0, first == 0 ? pk_auto_step(s) : 0, pk_auto_now_us() - t0);
   if (first == 0) {
+    pk_auto_trace_last()->winner = pack[0]->name;
     first_step = pk_auto_step(s);
     if (first_step <= pk_step_lower_bound(s->ctx, s->m, first_step) * (1 + PK_AUTO_CLOSE))
       return 0;
-    memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
-    memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
+    pk_packing_copy(saved, &cur, nbins, n);
   }
-  int second = pack[1](s, order);
+  if (pk_auto_poll(s->stop))
+    return PK_ECANCELED;
+  t0 = pk_auto_now_us();
+  int second = pack[1]->run(s, order);
   if (second != 0 && second != PK_EPRECOND)
     return second;
-  if (first == 0 && (second != 0 || first_step < pk_auto_step(s))) {
-    memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
-    memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
-  }
+  pk_auto_trace_add(pack[1]->name, first_step, second == 0 ? pk_auto_step(s) : 0,
+                    pk_auto_now_us() - t0);
+  if (first == 0 && (second != 0 || first_step < pk_auto_step(s)))
+    pk_packing_copy(&cur, saved, nbins, n);
+  else if (second == 0)
+    pk_auto_trace_last()->winner = pack[1]->name;
   return first == 0 || second == 0 ? 0 : PK_EPRECOND;
 }

@@ -18,11 +18,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "auto_internal.h"
-
-/* Most reads of one pass: a try reads the micro-batches of the columns
- * with room for the row (found through a tree over the columns' room). */
-#define LOWER_BUDGET 4000000u
+#include "auto.h"
 
 typedef struct lower {
   auto_state_t *s;
@@ -87,7 +83,9 @@ static void lower_column(lower_t *lw, uint32_t *head, uint32_t *next, uint32_t c
   auto_state_t *s = lw->s;
   const pk_ctx_t *ctx = s->ctx;
   uint32_t dp = s->dp;
-  while (lw->work < LOWER_BUDGET) {
+  while (lw->work < PK_LOWER_PADDED_READS) {
+    if (pk_auto_tick(s->stop, dp))
+      return; /* The caller reads the stop. */
     lw->work += dp;
     /* X: the costliest micro-batch of the column. */
     uint32_t x = c * dp;
@@ -152,8 +150,10 @@ int pk_auto_lower_padded(auto_state_t *s) {
   lw.unit = top / (double)(1ull << 40);
   for (uint32_t c = 0; c < m; c++)
     column_update(&lw, c);
-  for (uint32_t c = 0; c < m && lw.work < LOWER_BUDGET; c++)
+  for (uint32_t c = 0; c < m && lw.work < PK_LOWER_PADDED_READS; c++)
     lower_column(&lw, head, next, c);
+  if (pk_auto_stopped(s->stop))
+    rc = PK_ECANCELED;
 done:
   free(head);
   free(next);

@@ -16,7 +16,7 @@
  * first c x dp never change the choice among them. So one first fit pass
  * gives the leftovers of every count, and the repair walks the counts down
  * from the pass's own one. It takes any packing alike (micro-batch
- * completion, auto_complete.c, fills its micro-batches in order too): the
+ * completion, complete.c, fills its micro-batches in order too): the
  * leftovers of a count are the items beyond it.
  *
  * The work is bounded: the exchange searches of one repair read at most
@@ -27,24 +27,11 @@
  * batch of 65536 random rollouts, cap 32768, one rank, read 73 million
  * pairs (36 ms) on one count and failed. On the bench's batches the
  * repairs that succeed read at most 0.6 million pairs but for one of 18
- * million (a count saved at DP 8, cap 16384), which the bound keeps (the
- * note on issue 2, session 19). */
+ * million (a count saved at DP 8, cap 16384), which the bound keeps. */
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
-
-/* Exchanges tried for one micro-batch gathering room. */
-#define PK_REPAIR_SWAPS 64
-/* Micro-batches that try to gather room for one leftover. */
-#define PK_REPAIR_TARGETS 16
-/* Partner micro-batches searched for one exchange. */
-#define PK_REPAIR_PARTNERS 256
-/* The repair is tried when the leftovers need at most 1 / this of the room. */
-#define PK_REPAIR_ROOM_SHARE 10
-/* Item pairs the exchange searches of one repair may read, per item of the
- * batch (see the top of this file). */
-#define PK_REPAIR_WORK_PER_ITEM 320
+#include "auto.h"
 
 typedef struct repair {
   auto_state_t *s;
@@ -149,6 +136,9 @@ static bool gather_room(repair_t *r, uint32_t a_bin, uint64_t need) {
             if (cost > r->work)
               return false;
             r->work -= cost;
+            /* A pair read is a few ns: one work unit per 64. */
+            if (pk_auto_tick(s->stop, (uint32_t)PK_MIN(cost / 64 + 1, PK_AUTO_POLL_EVERY)))
+              return false; /* repair_down reads the stop. */
             exchange_t e = best_exchange(r, a_bin, at, want, wide == 1);
             if (best.gain >= want ? e.gain >= want && e.gain < best.gain : e.gain > best.gain) {
               best = e;
@@ -182,6 +172,8 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
   uint32_t n = ctx->n, nbins = r->nbins, nleft = 0;
   uint64_t left_size = 0, room = 0;
   for (uint32_t j = 0; j < n; j++) {
+    if ((j & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+      return PK_ECANCELED;
     uint32_t k = order[j];
     if (s->item_bin[k] >= nbins) {
       leftover[nleft++] = k;
@@ -195,14 +187,15 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
   }
   /* Worth trying only when the leftovers need a small share of the room:
    * with more, the exchanges run out of partners before every leftover is
-   * placed, and the failed try costs as much as a whole plan (the note on
-   * issue 2, session 4, has the offline measurements). */
+   * placed, and the failed try costs as much as a whole plan. */
   if (left_size > room / PK_REPAIR_ROOM_SHARE)
     return PK_EPRECOND;
   pk_tree_rebuild(rt);
   for (uint32_t i = 0; i < nbins; i++)
     r->head[i] = UINT32_MAX;
   for (uint32_t j = n; j-- > 0;) {
+    if ((j & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+      return PK_ECANCELED;
     uint32_t k = order[j], b = s->item_bin[k];
     if (b < nbins) {
       r->next[k] = r->head[b];
@@ -211,6 +204,8 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
   }
   /* Leftovers largest first (order is size-descending). */
   for (uint32_t j = 0; j < nleft; j++) {
+    if (pk_auto_tick(s->stop, 1))
+      return PK_ECANCELED;
     uint32_t k = leftover[j];
     uint64_t need = PK_MAX(ctx->size[k], 1);
     uint32_t at = pk_tree_find(rt, 0, need);
@@ -255,21 +250,22 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
     rc = PK_ENOMEM;
     goto done;
   }
-  while (*count >= lo + group) {
+  pk_packing_t cur = pk_auto_packing(s), save = {save_bins, save_item_bin};
+  while (*count >= lo + group && !pk_auto_poll(s->stop)) {
     uint32_t c = *count - group;
     size_t kept = (size_t)*count * dp;
-    memcpy(save_bins, s->bins, kept * sizeof *save_bins);
-    memcpy(save_item_bin, s->item_bin, (size_t)n * sizeof *save_item_bin);
+    pk_packing_copy(&save, &cur, kept, n);
     r.nbins = c * dp;
     if (repair_count(&r, order, leftover) != 0) {
-      memcpy(s->bins, save_bins, kept * sizeof *save_bins);
-      memcpy(s->item_bin, save_item_bin, (size_t)n * sizeof *save_item_bin);
+      pk_packing_copy(&cur, &save, kept, n);
       break;
     }
     /* The micro-batches beyond c are empty now. */
     memset(s->bins + r.nbins, 0, (kept - r.nbins) * sizeof *s->bins);
     *count = c;
   }
+  if (pk_auto_stopped(s->stop))
+    rc = PK_ECANCELED;
 done:
   free(r.head);
   free(r.next);

@@ -1,11 +1,11 @@
 /* AUTO's PADDED packings: groups of like width at a target cost (halved, or
  * cut in an even band), tiers of rows for equal counts, and the in-column
- * refinement by row moves (see the comment at the top of auto.c). */
+ * refinement by row moves (see the comment at auto.h). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
+#include "auto.h"
 
 /* PADDED mode: a micro-batch costs rows x its widest row, so rows of like
  * width must share micro-batches. Columns are runs of consecutive tiers
@@ -40,6 +40,10 @@ int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m
   for (; m <= max_m; m += cfg->group) {
     /* Split the widest multi-tier runs until there are m columns. */
     while (used < m) {
+      if (pk_auto_tick(s->stop, used)) {
+        free(bounds);
+        return PK_ECANCELED;
+      }
       uint32_t best = UINT32_MAX;
       uint64_t best_foot = 0;
       for (uint32_t c = 0; c < used; c++) {
@@ -64,7 +68,11 @@ int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m
     bool ok = true;
     for (uint32_t c = 0; c < m && ok; c++)
       for (uint32_t t = bounds[c]; t < bounds[c + 1] && ok; t++)
-        ok = pk_auto_place_tier(s, c, order + (size_t)t * dp);
+        ok = !pk_auto_tick(s->stop, dp) && pk_auto_place_tier(s, c, order + (size_t)t * dp);
+    if (pk_auto_stopped(s->stop)) {
+      free(bounds);
+      return PK_ECANCELED;
+    }
     for (uint32_t i = tiers * dp; i < n && ok; i++) {
       uint32_t k = order[i], best = UINT32_MAX;
       uint64_t best_grow = 0;
@@ -110,14 +118,22 @@ int pk_auto_pack_padded_tiers(auto_state_t *s, const uint32_t *order, uint32_t m
  * sorted by cost, descending, are dealt in tiers of dp: tier j is column j,
  * so the micro-batches that run together cost nearly the same. */
 int pk_padded_rows_init(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order) {
+  return pk_padded_rows_init_polled(rt, ctx, order, NULL);
+}
+
+int pk_padded_rows_init_polled(padded_rows_t *rt, const pk_ctx_t *ctx, const uint32_t *order,
+                               pk_auto_stop_t *stop) {
   uint32_t n = ctx->n;
   rt->n = n;
+  rt->stop = stop;
   rt->cost = pk_malloc_array(n, sizeof *rt->cost);
   rt->cap_rows = pk_malloc_array(n, sizeof *rt->cap_rows);
   rt->class_end = pk_malloc_array(n, sizeof *rt->class_end);
   if (rt->cost == NULL || rt->cap_rows == NULL || rt->class_end == NULL)
     return PK_ENOMEM;
   for (uint32_t i = 0; i < n; i++) {
+    if ((i & 1023) == 0 && pk_auto_tick(stop, 1024))
+      return PK_ECANCELED; /* The caller frees rt. */
     uint32_t k = order[i];
     rt->cost[i] = ctx->cost[k];
     rt->cap_rows[i] = (uint32_t)PK_MIN(pk_padded_cap_rows(ctx->cfg, ctx->size[k]), (uint64_t)n);
@@ -184,6 +200,8 @@ double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t t
                               double fits) {
   double total = 0, top = 0;
   for (uint32_t i = from; i < rt->n; i++) {
+    if (((i - from) & 1023) == 0 && pk_auto_tick(rt->stop, 1024))
+      return -1; /* Stopped: the caller's caller reads the stop. */
     total += rt->cost[i];
     top = PK_MAX(top, rt->cost[i]);
   }
@@ -191,13 +209,17 @@ double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t t
   if (fits > lo)
     hi = fits;
   double never = top * (rt->n - from) + 1;
+  /* Each count reads up to target runs: a poll per count. Stopped, no
+   * target is returned (the caller's caller reads the stop). */
   while (pk_padded_count_groups(rt, from, hi, target, NULL) > target) {
-    if (hi > never)
+    if (hi > never || pk_auto_tick(rt->stop, PK_AUTO_POLL_EVERY))
       return -1;
     lo = hi;
     hi *= 2;
   }
   while (hi - lo > hi * 1e-7) {
+    if (pk_auto_tick(rt->stop, PK_AUTO_POLL_EVERY))
+      return -1;
     double mid = (lo + hi) / 2;
     if (pk_padded_count_groups(rt, from, mid, target, NULL) <= target)
       hi = mid;
@@ -209,8 +231,8 @@ double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t t
 
 /* Exactly m x dp groups, sorted by cost (descending, stable), into the
  * state: tier j is column j. */
-static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_group_t *grp,
-                       uint32_t m) {
+int pk_padded_deal_groups(auto_state_t *s, const uint32_t *order, const padded_group_t *grp,
+                          uint32_t m) {
   const pk_ctx_t *ctx = s->ctx;
   uint32_t g = m * s->dp;
   uint32_t *gi = pk_malloc_array(g, sizeof *gi);
@@ -225,8 +247,11 @@ static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_grou
   pk_merge_sort_u32(gi, gtmp, g, pk_padded_group_costlier, grp);
   s->m = m;
   memset(s->bins, 0, (size_t)g * sizeof *s->bins);
-  for (uint32_t q = 0; q < g; q++) {
+  int rc = 0;
+  for (uint32_t q = 0; q < g && rc == 0; q++) {
     const padded_group_t *b = &grp[gi[q]];
+    if (pk_auto_tick(s->stop, b->rows + 1))
+      rc = PK_ECANCELED;
     uint32_t bin = q; /* Column q / dp, slot q % dp. */
     for (uint32_t r = 0; r < b->rows; r++) {
       uint32_t k = order[b->first + r];
@@ -236,7 +261,7 @@ static int deal_groups(auto_state_t *s, const uint32_t *order, const padded_grou
   }
   free(gi);
   free(gtmp);
-  return 0;
+  return rc;
 }
 
 /* Whether group x is halved before group y: the costlier first, the lower
@@ -294,8 +319,8 @@ int pk_padded_halve_groups(const padded_rows_t *rt, padded_group_t *grp, uint32_
 
 /* Groups at target t (pk_padded_least_target), the costliest halved until there are
  * target of them, into grp; *halvings tells how many were. */
-static int halved_runs(const padded_rows_t *rt, uint32_t target, double t, padded_group_t *grp,
-                       uint32_t *halvings) {
+int pk_padded_halved_runs(const padded_rows_t *rt, uint32_t target, double t, padded_group_t *grp,
+                          uint32_t *halvings) {
   uint32_t g = pk_padded_count_groups(rt, 0, t, target, grp);
   *halvings = target - g;
   /* n >= target, so a multi-row group always exists. */
@@ -323,8 +348,8 @@ static int halved_runs(const padded_rows_t *rt, uint32_t target, double t, padde
  * set by something else; pairs in a column of their own cost nothing
  * beyond their own spread (rollout n = 4096, DP 64, cap 32768: step 2.2 %
  * lower, bench/planner). */
-static int level_runs(const padded_rows_t *rt, uint32_t m, uint32_t dp, double t, bool cap_runs,
-                      padded_group_t *grp) {
+int pk_padded_level_runs(const padded_rows_t *rt, uint32_t m, uint32_t dp, double t, bool cap_runs,
+                         padded_group_t *grp) {
   uint32_t n = rt->n, target = m * dp, g = 0, from = 0;
   for (uint32_t c = 0; c + 1 < m && from < n; c++) {
     double head = rt->cost[from] * (cap_runs ? rt->cap_rows[from] : 1);
@@ -461,7 +486,8 @@ static bool cut_runs(const padded_rows_t *rt, even_band_t *band, const uint32_t 
   return g == target;
 }
 
-static int even_runs(const padded_rows_t *rt, uint32_t target, double hi_t, padded_group_t *grp) {
+int pk_padded_even_runs(const padded_rows_t *rt, uint32_t target, double hi_t,
+                        padded_group_t *grp) {
   uint32_t n = rt->n;
   uint32_t *fewest = pk_malloc_array((size_t)n + 1, sizeof *fewest);
   uint32_t *most = pk_malloc_array((size_t)n + 1, sizeof *most);
@@ -477,6 +503,8 @@ static int even_runs(const padded_rows_t *rt, uint32_t target, double hi_t, padd
   if (!count_range(rt, &band, fewest, most, dq) || fewest[0] > target || most[0] < target)
     goto done;
   while (hi - lo > hi_t * 4e-3) {
+    if (pk_auto_tick(rt->stop, PK_AUTO_POLL_EVERY))
+      goto done; /* The caller reads the stop. */
     band = (even_band_t){.lo_t = (lo + hi) / 2, .hi_t = hi_t};
     if (count_range(rt, &band, fewest, most, dq) && fewest[0] <= target && target <= most[0])
       lo = band.lo_t;
@@ -532,9 +560,11 @@ int pk_auto_refine_padded(auto_state_t *s) {
   for (uint32_t i = 0; i < nbins; i++)
     real[i] = pk_padded_cost(cfg, s->bins[i].count, s->bins[i].width);
   pk_auto_bin_lists(s, head, next);
-  for (uint32_t c = 0; c < m; c++) {
+  for (uint32_t c = 0; c < m && !pk_auto_stopped(s->stop); c++) {
     uint32_t base = c * dp;
     for (uint32_t iter = 0; iter < 2 * dp; iter++) {
+      if (pk_auto_tick(s->stop, dp))
+        break;
       uint32_t x = base, y1 = UINT32_MAX, y2 = UINT32_MAX;
       for (uint32_t q = 0; q < dp; q++) {
         uint32_t i = base + q;
@@ -588,163 +618,5 @@ int pk_auto_refine_padded(auto_state_t *s) {
   free(head);
   free(next);
   free(real);
-  return 0;
-}
-
-/* Column c's level in PADDED costs (rows x c(widest row)); *sum, when
- * given, gets the column's total. */
-static double padded_column_level(const auto_state_t *s, uint32_t c, double *sum) {
-  const pk_cfg_t *cfg = s->ctx->cfg;
-  double level = 0, total = 0;
-  for (uint32_t q = 0; q < s->dp; q++) {
-    const pk_bin_t *b = &s->bins[(size_t)c * s->dp + q];
-    double cost = pk_padded_cost(cfg, b->count, b->width);
-    level = PK_MAX(level, cost);
-    total += cost;
-  }
-  if (sum != NULL)
-    *sum = total;
-  return level;
-}
-
-/* The step cost of the state in PADDED costs. */
-static double padded_step(const auto_state_t *s) {
-  double step = 0;
-  for (uint32_t c = 0; c < s->m; c++)
-    step += padded_column_level(s, c, NULL);
-  return step;
-}
-
-/* The room the columns whose level is above t leave below their level,
- * per rank: sum over those columns of (level - their mean cost). What
- * level_runs can fill. */
-static double head_room(const auto_state_t *s, double t) {
-  double room = 0;
-  for (uint32_t c = 0; c < s->m; c++) {
-    double sum;
-    double level = padded_column_level(s, c, &sum);
-    if (level > t)
-      room += level - sum / s->dp;
-  }
-  return room;
-}
-
-/* The runs into the state (deal_groups), refined; *step gets the step
- * cost. */
-static int finish_runs(auto_state_t *s, const uint32_t *order, const padded_group_t *grp,
-                       uint32_t m, double *step) {
-  int rc = deal_groups(s, order, grp, m);
-  if (rc == 0)
-    rc = pk_auto_refine_padded(s);
-  if (rc == 0)
-    *step = padded_step(s);
-  return rc;
-}
-
-/* Moves of the cut search for `runs` runs in tiers of dp: where there are
- * at most 512 runs and at most 32 per tier, 20000, fewer where there are
- * more than 100 tiers (a move reads every tier top: at most 2e6 reads);
- * else none (an accepted move costs O(runs)). Measured on the bench samples
- * that miss the efficiency target: at 8 runs per tier 20000 moves lower the
- * step cost by up to 4 % (about 1 ms at 40 runs); at 64 per tier (n =
- * 4096, DP 64) 50000 moves gained 0.7 % on one of 8 samples and nothing on
- * the others, at 3 to 14 ms. */
-static uint32_t search_moves(uint32_t runs, uint32_t dp) {
-  if (runs > 512 || dp > 32)
-    return 0;
-  return PK_MIN(20000u, 2000000u / PK_MAX(runs / dp, 1u));
-}
-
-/* The level search's work (pk_auto_level_search): 4 units per row up to
- * 8192 rows, rising to 16 per row from 32768 (about 0.1 ms at n = 4096 and
- * up to 10 ms at n = 65536 on the bench machine, bench/planner; the walks'
- * gains come mostly in the first few dozen). */
-static uint64_t level_work(uint32_t n) {
-  uint64_t per_row = PK_MIN(PK_MAX((uint64_t)n / 2048, 4), 16);
-  return per_row * n;
-}
-
-/* Whether the level search may pay: at least two columns and two ranks,
- * at most 64 columns (a walk reads every level per width class), and a
- * step cost more than 0.2 % above the mean cost per rank (no packing of
- * these rows costs less than that mean). */
-static bool level_search_worth(const padded_rows_t *rt, uint32_t m, uint32_t dp, double step) {
-  if (m < 2 || m > 64 || dp < 2)
-    return false;
-  double total = 0;
-  for (uint32_t i = 0; i < rt->n; i++)
-    total += rt->cost[i];
-  return step > total / dp * (1 + 2e-3);
-}
-
-int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
-                             pk_bin_t *saved_bins, uint32_t *saved_item_bin) {
-  const pk_ctx_t *ctx = s->ctx;
-  size_t nbins = (size_t)m * s->dp, n = ctx->n;
-  uint32_t target = m * s->dp, halvings = 0;
-  padded_rows_t rt;
-  padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
-  padded_group_t *best_grp = pk_malloc_array(target, sizeof *best_grp);
-  int rc = pk_padded_rows_init(&rt, ctx, order);
-  if (rc == 0 && (grp == NULL || best_grp == NULL))
-    rc = PK_ENOMEM;
-  if (rc != 0)
-    goto done;
-  double t = pk_padded_least_target(&rt, 0, target, 0), best = 0, step = 0;
-  if (t < 0) {
-    rc = PK_EPRECOND;
-    goto done;
-  }
-  rc = halved_runs(&rt, target, t, grp, &halvings);
-  if (rc == 0)
-    rc = finish_runs(s, order, grp, m, &best);
-  if (rc != 0)
-    goto done;
-  bool try_even = halvings >= PK_MAX(1, target / 100);
-  bool try_levels = rt.cost[0] > t && head_room(s, t) > best * 2e-3;
-  bool try_cap_levels = rt.cap_rows[0] > 1 && rt.cost[0] * rt.cap_rows[0] > t;
-  uint32_t moves = search_moves(target, s->dp);
-  bool try_walks = level_search_worth(&rt, m, s->dp, best);
-  if (!try_even && !try_levels && !try_cap_levels && moves == 0 && !try_walks)
-    goto done; /* The halved packing stands. */
-  /* saved_* and best_grp hold the best packing so far and its runs. */
-  memcpy(best_grp, grp, target * sizeof *grp);
-  memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
-  memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
-  for (int a = 0; a < 5; a++) {
-    if ((a == 0 && !try_even) || (a == 1 && !try_levels) || (a == 2 && !try_cap_levels) ||
-        (a == 3 && moves == 0) || (a == 4 && !try_walks))
-      continue;
-    if (a == 0)
-      rc = even_runs(&rt, target, t, grp);
-    else if (a == 1 || a == 2)
-      rc = level_runs(&rt, m, s->dp, t, a == 2, grp);
-    else if (a == 3) {
-      /* The cut search from the best runs so far. */
-      memcpy(grp, best_grp, target * sizeof *grp);
-      rc = pk_auto_search_runs(&rt, grp, target, s->dp, moves, ctx->cfg->seed);
-    } else {
-      /* The level search from the best runs so far. */
-      memcpy(grp, best_grp, target * sizeof *grp);
-      rc = pk_auto_level_search(&rt, grp, m, s->dp, level_work((uint32_t)n));
-    }
-    if (rc == 0)
-      rc = finish_runs(s, order, grp, m, &step);
-    if (rc == PK_ENOMEM)
-      goto done;
-    if (rc == 0 && step < best) {
-      best = step;
-      memcpy(best_grp, grp, target * sizeof *grp);
-      memcpy(saved_bins, s->bins, nbins * sizeof *saved_bins);
-      memcpy(saved_item_bin, s->item_bin, n * sizeof *saved_item_bin);
-    }
-  }
-  rc = 0;
-  memcpy(s->bins, saved_bins, nbins * sizeof *saved_bins);
-  memcpy(s->item_bin, saved_item_bin, n * sizeof *saved_item_bin);
-done:
-  pk_padded_rows_free(&rt);
-  free(grp);
-  free(best_grp);
-  return rc;
+  return pk_auto_stopped(s->stop) ? PK_ECANCELED : 0;
 }

@@ -40,8 +40,7 @@
  * packing needing the fewest micro-batches is kept. The opening item is
  * never held back by the room kept: held back, the largest items (those
  * above cap - (slots - 1) x smallest) waited to the end and filled
- * micro-batches of their own with room left (the note on
- * issue 2, session 17).
+ * micro-batches of their own with room left.
  *
  * The items are kept as counts per distinct size: the largest size left
  * that fits a room is a lookup in an index by size (a binary search within
@@ -51,16 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "auto_internal.h"
-
-/* Items the exchange at the end of a micro-batch takes out at most. */
-#define PK_EXCHANGE_MAX 4
-
-/* Distinct sizes keep_room reads at most. */
-#define PK_KEEP_RANKS 8
-
-/* Completion packings tried per count (pk_auto_tighten). */
-#define PK_COMPLETE_TRIES 4
+#include "auto.h"
 
 /* Levels of the bit set: 64^5 bits cover any item count the planner takes. */
 #define PK_SET_LEVELS 5
@@ -369,13 +359,14 @@ typedef enum keep_mode { KEEP_NONE, KEEP_MAX_SEQS, KEEP_PACE, KEEP_SMALLEST } ke
  * micro-batch; built once for all the packings of one
  * pk_auto_pack_complete or pk_auto_tighten call (the build reads every
  * item's size where it lies in memory: a cache miss each, a fifth of a
- * packing's time at n = 65536 under perf; the note on issue 2, session 20)
+ * packing's time at n = 65536 under perf)
  * and reset before each. */
 typedef struct complete_pool {
   size_pool_t p;
-  uint64_t total;  /* The sum of the sizes. */
-  uint32_t *items; /* The items of the micro-batch being filled. */
-  uint32_t *ranks; /* Their ranks. */
+  uint64_t total;       /* The sum of the sizes. */
+  uint32_t *items;      /* The items of the micro-batch being filled. */
+  uint32_t *ranks;      /* Their ranks. */
+  pk_auto_stop_t *stop; /* The state's stop poll (NULL: never stops). */
 } complete_pool_t;
 
 static void complete_pool_free(complete_pool_t *cp) {
@@ -391,10 +382,12 @@ static void complete_pool_free(complete_pool_t *cp) {
   free(cp->p.le);
 }
 
-static int complete_pool_build(const pk_ctx_t *ctx, const uint32_t *order, complete_pool_t *cp) {
+static int complete_pool_build(const pk_ctx_t *ctx, const uint32_t *order, complete_pool_t *cp,
+                               pk_auto_stop_t *stop) {
   uint32_t n = ctx->n;
   size_pool_t *p = &cp->p;
   memset(cp, 0, sizeof *cp);
+  cp->stop = stop;
   p->order = order;
   cp->items = pk_malloc_array(n, sizeof *cp->items);
   cp->ranks = pk_malloc_array(n, sizeof *cp->ranks);
@@ -406,6 +399,8 @@ static int complete_pool_build(const pk_ctx_t *ctx, const uint32_t *order, compl
       p->first == NULL || p->taken == NULL || set_init(&p->left, n) != 0)
     return PK_ENOMEM;
   for (uint32_t j = 0; j < n; j++) {
+    if ((j & 1023) == 0 && pk_auto_tick(stop, 1024))
+      return PK_ECANCELED;
     uint64_t size = ctx->size[order[j]];
     cp->total += size;
     if (j == 0 || size != p->size[p->ranks - 1]) {
@@ -445,6 +440,8 @@ static int complete_once(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
   for (; placed < n; b++) {
     if (b == nbins)
       return PK_EPRECOND;
+    if (pk_auto_tick(cp->stop, cfg->max_seqs == UINT32_MAX ? 16 : PK_MIN(cfg->max_seqs, 64)))
+      return PK_ECANCELED;
     /* The exchange only where the room left exceeds this micro-batch's
      * share of the budget left (see the top of this file). */
     double allow = b < target ? budget / (double)(target - b) : 0;
@@ -477,7 +474,7 @@ static int complete_once(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
 static int pack_complete(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t target, uint32_t nbins,
                          pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
   int rc = complete_once(ctx, cp, target, KEEP_NONE, nbins, bins, item_bin, used);
-  if (ctx->cfg->max_seqs == UINT32_MAX || rc == PK_ENOMEM)
+  if (ctx->cfg->max_seqs == UINT32_MAX || (rc != 0 && rc != PK_EPRECOND))
     return rc;
   /* max_seqs: also the packings that keep room for later slots, each kept
    * where it needs fewer micro-batches than the best so far (it is given
@@ -487,19 +484,24 @@ static int pack_complete(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
   uint32_t *alt_item_bin = pk_malloc_array(n, sizeof *alt_item_bin);
   if (alt_bins == NULL || alt_item_bin == NULL)
     rc = PK_ENOMEM;
-  for (keep_mode_t mode = KEEP_MAX_SEQS; mode <= KEEP_SMALLEST && rc != PK_ENOMEM; mode++) {
+  for (keep_mode_t mode = KEEP_MAX_SEQS; mode <= KEEP_SMALLEST && (rc == 0 || rc == PK_EPRECOND);
+       mode++) {
     uint32_t fewer = rc == 0 ? *used : nbins + 1, got = 0;
     if (fewer <= 1)
       break;
+    if (pk_auto_poll(cp->stop)) {
+      rc = PK_ECANCELED;
+      break;
+    }
     int alt = complete_once(ctx, cp, target, mode, fewer - 1, alt_bins, alt_item_bin, &got);
     if (alt == 0) {
-      memcpy(bins, alt_bins, (size_t)got * sizeof *bins);
+      pk_packing_t dst = {bins, item_bin}, src = {alt_bins, alt_item_bin};
+      pk_packing_copy(&dst, &src, got, n);
       memset(bins + got, 0, (size_t)(nbins - got) * sizeof *bins);
-      memcpy(item_bin, alt_item_bin, (size_t)n * sizeof *item_bin);
       *used = got;
       rc = 0;
-    } else if (alt == PK_ENOMEM) {
-      rc = PK_ENOMEM;
+    } else if (alt != PK_EPRECOND) {
+      rc = alt; /* PK_ENOMEM or PK_ECANCELED. */
     }
   }
   free(alt_bins);
@@ -510,7 +512,7 @@ static int pack_complete(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
 int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t target,
                           uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
   complete_pool_t cp;
-  int rc = complete_pool_build(s->ctx, order, &cp);
+  int rc = complete_pool_build(s->ctx, order, &cp, s->stop);
   if (rc == 0)
     rc = pack_complete(s->ctx, &cp, target, nbins, bins, item_bin, used);
   complete_pool_free(&cp);
@@ -519,20 +521,19 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
 
 /* Moves the packing in bins / item_bin (count x dp micro-batches, from
  * pk_auto_pack_complete) into s, over `top` x dp micro-batches. */
-static void adopt(auto_state_t *s, uint32_t count, uint32_t top, const pk_bin_t *bins,
-                  const uint32_t *item_bin) {
+static void adopt(auto_state_t *s, uint32_t count, uint32_t top, pk_bin_t *bins,
+                  uint32_t *item_bin) {
   size_t dp = s->dp;
-  memcpy(s->bins, bins, count * dp * sizeof *s->bins);
+  pk_packing_t cur = pk_auto_packing(s), from = {bins, item_bin};
+  pk_packing_copy(&cur, &from, count * dp, s->ctx->n);
   memset(s->bins + count * dp, 0, (top - count) * dp * sizeof *s->bins);
-  memcpy(s->item_bin, item_bin, (size_t)s->ctx->n * sizeof *s->item_bin);
 }
 
 int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
                     uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin, uint32_t *count) {
   uint32_t dp = s->dp, best = top;
   /* Completion first (it reaches lower counts than the repair of first fit
-   * on the bench's random rollout batches, measured in the note on issue
-   * 2, session 16), at most PK_COMPLETE_TRIES times, then the repair of
+   * on the bench's random rollout batches), at most PK_COMPLETE_TRIES times, then the repair of
    * first fit where completion needs top or more.
    *
    * The count aimed at sets the budget of room, and with it how freely
@@ -540,17 +541,17 @@ int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_
    * micro-batches spend them all and the last ones are left far from full.
    * Six batches of 65536 random rollouts, cap 8192, one rank, ended 33 or
    * 34 micro-batches above the bound aimed at it, 20 to 27 aimed 8 above
-   * it, 6 to 9 aimed 16 above, 17 to 22 aimed 32 above (the note on issue
-   * 2, session 19). The best aim lies near the count it reaches, so the
-   * first try aims at the bound and each next one half way between the
-   * last aim and what that reached, in micro-batches (at least a group of
-   * columns more): with one rank a column is one micro-batch, and steps of
-   * one group, as before, never got past the first few above the bound. */
+   * it, 6 to 9 aimed 16 above, 17 to 22 aimed 32 above. The best aim lies near the count it
+   * reaches, so the first try aims at the bound and each next one half way between the last aim and
+   * what that reached, in micro-batches (at least a group of columns more): with one rank a column
+   * is one micro-batch, and steps of one group, as before, never got past the first few above the
+   * bound. */
   uint32_t aim = lo * dp, tried[PK_COMPLETE_TRIES];
   complete_pool_t cp;
-  if (complete_pool_build(s->ctx, order, &cp) != 0) {
+  int built = complete_pool_build(s->ctx, order, &cp, s->stop);
+  if (built != 0) {
     complete_pool_free(&cp);
-    return PK_ENOMEM;
+    return built;
   }
   for (int tries = 0; tries < PK_COMPLETE_TRIES; tries++) {
     for (int q = 0; q < tries; q++)
@@ -559,7 +560,7 @@ int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_
     tried[tries] = aim;
     uint32_t used = 0;
     int rc = pack_complete(s->ctx, &cp, aim, top * dp, save_bins, save_item_bin, &used);
-    if (rc == PK_ENOMEM) {
+    if (rc != 0 && rc != PK_EPRECOND) {
       complete_pool_free(&cp);
       return rc;
     }
@@ -569,6 +570,10 @@ int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_
     if (rc == 0 && reached < best) {
       best = reached;
       adopt(s, best, top, save_bins, save_item_bin);
+    }
+    if (pk_auto_poll(s->stop)) {
+      complete_pool_free(&cp);
+      return PK_ECANCELED;
     }
     if (best <= lo)
       break;

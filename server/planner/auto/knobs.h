@@ -1,0 +1,165 @@
+/* AUTO's knobs: every threshold and budget its stages read, in one table.
+ *
+ * Each knob has its value, its unit and the reason for that value. They are
+ * compile-time constants on purpose: a plan must be a pure function of its
+ * request (the plan store and the replicas compare plans byte for byte), so
+ * none of them is read from the environment. Numerical tolerances that only
+ * absorb floating-point rounding are at the end; changing them changes no
+ * decision on real data, only ties. Knobs private to one loop of one file
+ * (the exact search's frame layout, the completion pool's index width) stay
+ * beside that loop. */
+#ifndef PK_AUTO_KNOBS_H
+#define PK_AUTO_KNOBS_H
+
+/* ---- Stopping ---------------------------------------------------------- */
+
+/* Work units (an item placed, a move tried, a search step) between two
+ * calls of the caller's stop callback inside a long loop. At 20 to 200 ns a
+ * unit this is 0.1 to 1 ms between polls: a 4 M-sequence plan stops well
+ * within 100 ms, and the callback's cost stays below measurement. */
+#define PK_AUTO_POLL_EVERY 4096u
+
+/* ---- Count: the least M at which a candidate fits ------------------------ */
+
+/* Fill (fraction of M x dp x cap) above which first fit decreasing, the
+ * tightest packer, goes first at a count: above it the column packers often
+ * fail and cost a wasted pass each. Unit: fraction of the token capacity. */
+#define PK_AUTO_FULL_FILL 0.99
+
+/* Columns or micro-batches a greedy packer tries for one tier or item
+ * before it declares the count full. Unit: tries. Beyond 16 first fit
+ * almost never finds room the room tree did not show at once. */
+#define PK_AUTO_TRIES 16
+
+/* ---- Candidate packers ----------------------------------------------------- */
+
+/* A packing within this fraction of the step bound (bounds.c) is not
+ * improved further: at most that much could be gained. Unit: fraction of
+ * the step bound. */
+#define PK_AUTO_GOOD_ENOUGH 1e-3
+
+/* A packing within this fraction of the step bound is close: the second
+ * column packing is not tried after it, and where first fit is this close
+ * the tier packing goes first. Unit: fraction of the step bound. */
+#define PK_AUTO_CLOSE 5e-3
+
+/* The exact search (exact.c): steps all its searches of one mini-batch may
+ * take (a step: one option of a bin's set tried, or a bin closed and the
+ * next opened, 25 to 60 ns): a search out of steps costs 4 to 8 ms, and
+ * twice as many packed no more batches. Unit: search steps. */
+#define PK_EXACT_STEPS (1u << 17)
+
+/* The most items of a mini-batch the exact search takes: larger batches
+ * reach the bound greedily (the bench's, from 512 up, all do), and their
+ * searches run out of steps more often. Unit: sequences. */
+#define PK_EXACT_MAX_ITEMS 256u
+
+/* PADDED: the even band is tried where halving split at least this share
+ * of the runs (1 / PK_PADDED_EVEN_SHARE); below, the halved runs are
+ * already even. Unit: runs per halving. */
+#define PK_PADDED_EVEN_SHARE 100u
+
+/* PADDED: column levels are tried where the head rows leave their
+ * columns more room below the level than this fraction of the step cost.
+ * Unit: fraction of the step cost. */
+#define PK_PADDED_LEVELS_ROOM 2e-3
+
+/* PADDED cut search (runs.c): tried with at most this many runs and this
+ * many runs per tier (an accepted move costs O(runs)); its moves are at
+ * most PK_CUT_MOVES, fewer past 100 tiers so that a search reads at most
+ * PK_CUT_READS tier tops. At 8 runs per tier 20000 moves lower the step by
+ * up to 4 % (about 1 ms at 40 runs); at 64 per tier (n = 4096, DP 64)
+ * 50000 moves gained 0.7 % on one of 8 samples at 3 to 14 ms. */
+#define PK_CUT_MAX_RUNS 512u
+#define PK_CUT_MAX_DP 32u
+#define PK_CUT_MOVES 20000u
+#define PK_CUT_READS 2000000u
+
+/* PADDED level search (levels.c): tried with 2 to PK_WALK_MAX_M columns (a
+ * walk reads every level per width class) where the step cost is more than
+ * PK_WALK_GAIN above the mean cost per rank (no packing costs less than
+ * that mean); its work is PK_WALK_MIN_UNITS to PK_WALK_MAX_UNITS per row,
+ * one more per PK_WALK_ROWS_PER_UNIT rows (about 0.1 ms at n = 4096 and up
+ * to 10 ms at n = 65536; the gains come in the first few dozen walks). */
+#define PK_WALK_MAX_M 64u
+#define PK_WALK_GAIN 2e-3
+#define PK_WALK_MIN_UNITS 4u
+#define PK_WALK_MAX_UNITS 16u
+#define PK_WALK_ROWS_PER_UNIT 2048u
+
+/* Completion (complete.c): items the exchange at the end of a micro-batch
+ * takes out at most; distinct sizes keep_room reads at most; completion
+ * packings tried per count by pk_auto_tighten. Unit: items; sizes; tries. */
+#define PK_EXCHANGE_MAX 4
+#define PK_KEEP_RANKS 8
+#define PK_COMPLETE_TRIES 4
+
+/* First fit repair (repair.c): exchanges tried for one micro-batch
+ * gathering room; micro-batches that try to gather room for one leftover;
+ * partner micro-batches searched for one exchange; the repair is tried when
+ * the leftovers need at most 1 / PK_REPAIR_ROOM_SHARE of the room; item
+ * pairs its exchange searches may read per item of the batch (a failed
+ * repair on spread-thin room read 73 million pairs, 36 ms, before this
+ * bound; the successful ones on the bench read at most 18 million). */
+#define PK_REPAIR_SWAPS 64
+#define PK_REPAIR_TARGETS 16
+#define PK_REPAIR_PARTNERS 256
+#define PK_REPAIR_ROOM_SHARE 10
+#define PK_REPAIR_WORK_PER_ITEM 320
+
+/* PADDED level search (levels.c): the pattern steps (fractions of a
+ * level, coarsest first), the sweeps per step, and the walks from one
+ * start whatever the work budget. */
+#define PK_WALK_STEPS                                                                              \
+  { 0.08, 0.04, 0.02, 0.01, 0.005 }
+#define PK_WALK_SWEEPS 3
+#define PK_WALK_MAX_WALKS 400u
+
+/* ---- Improvers ---------------------------------------------------------------- */
+
+/* In-column refinement (packed.c): partners (the cheapest micro-batches of
+ * a column) tried per step with one or two columns, and items of each side
+ * read (micro-batches with many items are level already). Unit: micro-
+ * batches; items. With more columns, 2 partners and 16 items. */
+#define PK_REFINE_PARTNERS 4
+#define PK_REFINE_SCAN 48
+
+/* The refinement stops once the costliest micro-batch of a column is within
+ * this fraction of the column's mean: with one or two columns (DP balancing
+ * alone, as verl's balance_batch asks: its tests accept 1e-4) 2e-5; with
+ * more, 5e-4 (a column's share of the step cost is small, and time grows
+ * with M). Unit: fraction of the column's mean cost. */
+#define PK_REFINE_TOL_WIDE 2e-5
+#define PK_REFINE_TOL 5e-4
+
+/* Cross-column lowering (lower.c): moves per column are at most
+ * PK_LOWER_MOVES x dp, each reading at most PK_LOWER_SCAN items of the
+ * giving micro-batch; exchanges pick among PK_LOWER_PARTNERS micro-batches
+ * with the most cost to spare and try PK_LOWER_SUBSET_TRIES subsets; they
+ * run only while columns x micro-batches stay within PK_LOWER_EXCHANGE_WORK
+ * (a partner scan per column) and the plan is more than
+ * PK_LOWER_EXCHANGE_GAP above the step bound. */
+#define PK_LOWER_MOVES 4
+#define PK_LOWER_SCAN 32
+#define PK_LOWER_PARTNERS 4
+#define PK_LOWER_SUBSET_TRIES 8
+#define PK_LOWER_EXCHANGE_WORK (1u << 16)
+#define PK_LOWER_EXCHANGE_GAP 5e-3
+
+/* PADDED cross-column lowering (padded_lower.c): the most micro-batch
+ * reads of one pass (a try reads the micro-batches of the columns with room
+ * for the row). About 4 ms at most. Unit: reads. */
+#define PK_LOWER_PADDED_READS 4000000u
+
+/* ---- Numerical tolerances ------------------------------------------------ */
+
+/* Relative slack for comparisons of sums of doubles that should be equal
+ * or ordered: absorbs rounding of sums of up to millions of costs (about
+ * 1e-16 each) so that a move "gains" only where it gains for real. */
+#define PK_AUTO_REL_EPS 1e-9
+
+/* Relative slack for comparisons of single products (a level against a
+ * cost): a tie up to one rounding is a tie. */
+#define PK_AUTO_TIE_EPS 1e-12
+
+#endif
