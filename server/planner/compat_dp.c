@@ -1,4 +1,4 @@
-/* DP balancing by the peers' algorithms (research/algorithms.md):
+/* DP balancing by the peers' algorithms:
  *   NONE           contiguous split in input order (OpenRLHF, dispatchers
  *                  without balancing);
  *   KK, KK_EQUAL   Karmarkar-Karp on costs, free or equal counts (verl,

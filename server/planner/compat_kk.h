@@ -11,7 +11,8 @@
 /* Partitions the m values val[0..m) into k parts and writes part[j] (0..k-1)
  * for every value j.
  *
- * Method (research/algorithms.md section 1.1): a state is k sets kept in
+ * Method (the largest differencing method of Karmarkar and Karp,
+ * generalised to k sets): a state is k sets kept in
  * descending order of sum; states sit in a heap by spread (largest set sum
  * minus smallest), largest first; the two states with the largest spread are
  * merged by pairing the i-th largest set of the first with the i-th smallest

@@ -1,5 +1,6 @@
-/* Micro-batching of one rank's items by the peers' algorithms
- * (research/algorithms.md), always under the hard rules of DESIGN.md: every
+/* Micro-batching of one rank's items by the peers' algorithms (as verl,
+ * ROLL, NeMo-RL, MindSpeed-RL and slime run them), always under the plan
+ * rules of docs/design.md: every
  * micro-batch fits the token cap and max_seqs (pk_bin_fits), none is empty,
  * and the count is at least min_count (when there are that many items).
  *

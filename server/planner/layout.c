@@ -1,5 +1,5 @@
 /* From assignments to a plan: micro-batch order, packed layouts, loss scales
- * and the figures of DESIGN.md. */
+ * and the figures (docs/design.md, "What \"better\" means"). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>

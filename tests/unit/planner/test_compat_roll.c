@@ -5,7 +5,7 @@
  * stride give shard 0 = lengths [1,5,6,8] and shard 1 = [3,6,7,8]; the shared
  * slot widths (max over shards, rounded to 2) are 4, 6, 8, 8.
  *
- * The seed document then shows 3 micro-batches per rank (widths 6, 8, 8) and
+ * ROLL's own description then shows 3 micro-batches per rank (widths 6, 8, 8) and
  * 56 padded tokens, but its first micro-batch has 2 rows x width 6 = 12 > 10
  * tokens: ROLL's own code (rows x width <= max tokens) would not build it.
  * Our cap is hard, so:

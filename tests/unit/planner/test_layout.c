@@ -1,4 +1,4 @@
-/* Packed layouts: the seed documents' examples exactly, alignment rules,
+/* Packed layouts: the worked examples of docs/design.md exactly, alignment rules,
  * total_multiple, fixed_shape, micro-batch order and names. */
 #include "plan_check.h"
 
