@@ -187,7 +187,7 @@ reject helm-lint-string-replicas 'replicaCount: Invalid type' \
   "$HELM" lint --strict "$CHART" --set replicaCount=two
 reject helm-unknown-value 'Additional property replicas is not allowed' \
   "$HELM" template packd "$CHART" --set replicas=3
-reject helm-drain-too-long 'must exceed preStopSleepSeconds' \
+reject helm-drain-too-long 'must be at least preStopSleepSeconds' \
   "$HELM" template packd "$CHART" --set config.gracePeriod=60
 
 # A kustomize overlay over the real base with one broken value each.
@@ -222,7 +222,7 @@ configMapGenerator:
     literals:
       - PACKD_LISTEN=0.0.0.0:7000
 EOF
-reject kustomize-drain-too-long 'must exceed preStop 5 s \+ drain 62 s' broken_overlay drain <<'EOF'
+reject kustomize-drain-too-long 'must be at least preStop 5 s \+ drain 62 s \+ 2 s' broken_overlay drain <<'EOF'
 configMapGenerator:
   - name: packd-config
     behavior: merge

@@ -132,7 +132,10 @@ function checkProbes(c, env, problems) {
 
 // After SIGTERM packd reports NOT_SERVING for PACKD_DRAIN_DELAY seconds
 // (default 1), then closes its listener and gives calls in flight
-// PACKD_GRACE_PERIOD seconds; the sum is the longest time it takes to exit.
+// PACKD_GRACE_PERIOD seconds; then planning still running stops at its next
+// poll and the last answers get up to 1 s to leave. EXIT_MARGIN covers those
+// two, so drain + grace + EXIT_MARGIN is the longest time it takes to exit.
+const EXIT_MARGIN = 2;
 function checkDrain(c, env, pod, problems) {
   const period = Number(env.PACKD_GRACE_PERIOD);
   const delay = env.PACKD_DRAIN_DELAY === undefined ? 1 : Number(env.PACKD_DRAIN_DELAY);
@@ -143,8 +146,10 @@ function checkDrain(c, env, pod, problems) {
   const grace = delay + period;
   const term = pod.spec.terminationGracePeriodSeconds !== undefined ? pod.spec.terminationGracePeriodSeconds : 30;
   const pre = preStopSeconds(c);
-  if (!(term > pre + grace))
-    problems.push(`${c.name}: terminationGracePeriodSeconds ${term} must exceed preStop ${pre} s + drain ${grace} s`);
+  if (!(term >= pre + grace + EXIT_MARGIN))
+    problems.push(
+      `${c.name}: terminationGracePeriodSeconds ${term} must be at least preStop ${pre} s + drain ${grace} s + ${EXIT_MARGIN} s to stop planning and send the last answers`
+    );
   const live = c.livenessProbe;
   if (live) {
     const tolerance = (live.periodSeconds || 10) * (live.failureThreshold || 3);

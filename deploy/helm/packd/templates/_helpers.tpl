@@ -71,9 +71,10 @@ to render rather than produce a pod the kubelet would SIGKILL mid-drain.
 */}}
 {{- define "packd.checkValues" -}}
 {{- $notServing := add .Values.config.drainDelay .Values.config.gracePeriod }}
-{{- $drain := add .Values.preStopSleepSeconds $notServing }}
-{{- if le (int .Values.terminationGracePeriodSeconds) (int $drain) }}
-{{- fail (printf "terminationGracePeriodSeconds (%v) must exceed preStopSleepSeconds + config.drainDelay + config.gracePeriod (%v)" .Values.terminationGracePeriodSeconds $drain) }}
+{{- /* 2 s after the grace period: planning in flight stops at its next poll and the last answers leave. */}}
+{{- $drain := add .Values.preStopSleepSeconds $notServing 2 }}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (int $drain) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must be at least preStopSleepSeconds + config.drainDelay + config.gracePeriod + 2 s to stop planning and send the last answers (%v)" .Values.terminationGracePeriodSeconds $drain) }}
 {{- end }}
 {{- $live := mul .Values.probes.liveness.periodSeconds .Values.probes.liveness.failureThreshold }}
 {{- if le (int $live) (int $notServing) }}
