@@ -16,6 +16,12 @@
 
 #include "bounds_internal.h"
 
+/* Stopping: the O(n) passes poll the caller's stop (pk_stop_tick). A stopped
+ * pass returns what it has (a smaller count or cost is still a lower bound);
+ * every caller polls again before anything computed from it leaves the
+ * planner (the stop is sticky), so a weakened bound is never reported, nor
+ * memoised. */
+
 /* The work the stair bound (f) may do per call, in elementary steps of its
  * recursion (a few nanoseconds each; a level is budgeted 16 n (k + 1) of
  * them, k its count of big runs): the first three levels at n = 512, dp 8;
@@ -56,8 +62,12 @@ static const uint32_t *sorted_items(const pk_ctx_t *ctx, uint32_t **owned) {
  * grouping starts like the greedy one; induction on the rest. */
 static uint64_t padded_groups(const pk_ctx_t *ctx, const uint32_t *by_size) {
   uint64_t groups = 0;
-  for (uint32_t i = 0; i < ctx->n; i = pk_run_end(ctx, by_size, i))
+  uint32_t tick = 0;
+  for (uint32_t i = 0; i < ctx->n; i = pk_run_end(ctx, by_size, i)) {
+    if (pk_stop_tick(ctx, &tick))
+      break; /* The groups so far: still a bound. */
     groups++;
+  }
   return groups;
 }
 
@@ -78,8 +88,14 @@ static uint64_t packed_bins_l2(const pk_ctx_t *ctx, const uint32_t *by_size) {
   if (pre == NULL)
     return 0;
   pre[0] = 0;
-  for (uint32_t i = 0; i < n; i++)
+  uint32_t tick = 0;
+  for (uint32_t i = 0; i < n; i++) {
+    if (pk_stop_tick(ctx, &tick)) {
+      free(pre);
+      return 0;
+    }
     pre[i + 1] = pre[i] + ctx->size[by_size[i]];
+  }
 #define SZ(i) (ctx->size[by_size[i]])
   /* [0, half): sizes above cap / 2. */
   uint32_t half = 0;
@@ -91,6 +107,8 @@ static uint64_t packed_bins_l2(const pk_ctx_t *ctx, const uint32_t *by_size) {
   uint32_t j1 = 0;    /* [0, j1): size > cap - a. */
   uint32_t j3end = n; /* [half, j3end): size >= a. */
   for (uint32_t t = n; t-- > half;) {
+    if (pk_stop_tick(ctx, &tick))
+      break; /* The best so far: still a bound. */
     uint64_t a = SZ(t);
     if (a == 0 || (t + 1 < n && SZ(t + 1) == a))
       continue;
@@ -501,7 +519,10 @@ static double density_hold(const pk_ctx_t *ctx, const uint32_t *by, uint32_t wid
   if (cap == UINT64_MAX || best == NULL || g == NULL)
     goto done;
   best[n] = 0;
+  uint32_t tick = 0;
   for (uint32_t i = n; i-- > 0;) {
+    if (pk_stop_tick(ctx, &tick))
+      goto done; /* cap_cost untouched: (g) not applied. */
     uint64_t size = ctx->size[by[i]];
     double c = token_part(ctx, by[i]);
     if (size == 0 && c > 0)
@@ -622,7 +643,10 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   if (memo != NULL && memo->m == m)
     return memo->bound;
   double total = 0, biggest = 0;
+  uint32_t tick = 0;
   for (uint32_t k = 0; k < n; k++) {
+    if (pk_stop_tick(ctx, &tick))
+      return 0;
     total += ctx->cost[k];
     biggest = PK_MAX(biggest, ctx->cost[k]);
   }
@@ -654,6 +678,9 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   lvl[1] = ctx->cost[by[0]];
   cap_cost[0] = 0;
   for (uint32_t k = 1; k <= m; k++) {
+    /* Each k walks on over about n / m items: poll every 64 columns. */
+    if ((k & 63u) == 0 && pk_stopped(ctx))
+      goto stopped;
     uint64_t tok_lim = cap == UINT64_MAX ? UINT64_MAX : (uint64_t)k * cfg->dp * cap;
     uint64_t cnt_lim =
         cfg->max_seqs == UINT32_MAX ? UINT64_MAX : (uint64_t)k * cfg->dp * cfg->max_seqs;
@@ -671,6 +698,8 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
     if (k < m)
       lvl[k + 1] = first_out < n ? ctx->cost[by[first_out]] : 0;
   }
+  if (pk_stopped(ctx))
+    goto stopped;
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
     padded_hold(ctx, by, wide, cap_cost, m);
   double beside_first = INFINITY; /* (g)'s H for (d). */
@@ -679,6 +708,8 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
     if (cfg->mode != PK_MODE_PADDED)
       beside_first = density_hold(ctx, by, wide, cap_cost, m);
   }
+  if (pk_stopped(ctx))
+    goto stopped;
   if (cfg->seq > 0) {
     /* (h) cap_cost holds token parts so far. */
     count_walk_t cw = {0};
@@ -691,14 +722,17 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   if (cap != UINT64_MAX)
     cap_cost[1] = PK_MIN(cap_cost[1], first_column_hold(ctx, by, wide, lvl[1], beside_first));
   double best = PK_MAX(plain, levels_bound(lvl, cap_cost, m, total, dp));
+  if (pk_stopped(ctx))
+    goto stopped;
   if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX)
     best = pk_padded_runs_sharpen(ctx, by, lvl, cap_cost, m, total, best, known_step);
-  if (cfg->mode == PK_MODE_PADDED && best * 1.005 < known_step) {
+  if (cfg->mode == PK_MODE_PADDED && best * 1.005 < known_step && !pk_stopped(ctx)) {
     /* (e) Every plan pays the padding its micro-batch count forces. */
     double padded = pk_padded_least_total(ctx, by, (uint64_t)m * cfg->dp, total);
     best = PK_MAX(best, padded / dp);
   }
-  if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX && best * 1.005 < known_step) {
+  if (cfg->mode == PK_MODE_PADDED && cap != UINT64_MAX && best * 1.005 < known_step &&
+      !pk_stopped(ctx)) {
     /* (f) The stair: lvl[j] raised to y_j where the budget reaches. */
     cap_cost[1] = any_column_hold;
     best = PK_MAX(best, padded_stair_bound(ctx, by, lvl, cap_cost, m, total));
@@ -706,9 +740,14 @@ double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step) {
   free(owned);
   free(lvl);
   free(cap_cost);
-  if (memo != NULL)
+  if (memo != NULL && !pk_stopped(ctx))
     *memo = (pk_step_memo_t){m, best};
   return best;
+stopped:
+  free(owned);
+  free(lvl);
+  free(cap_cost);
+  return plain;
 }
 
 /* F(g): the most token part g micro-batches hold of the items the walk
