@@ -56,6 +56,33 @@ PK_EXPORT int pk_codec_encode_plan(const pk_plan_t *plan, const char *plan_id,
 
 PK_EXPORT void pk_codec_free_response(Packd__V1__PlanResponse *msg);
 
+/* A plan in its wire form (codec_pack.c), owned by the caller: free with
+ * pk_packed_plan_free, which also accepts fields the caller took over and
+ * set to NULL. */
+typedef struct pk_packed_plan {
+  uint8_t *resp;   /* The packed PlanResponse, resp_len bytes. */
+  size_t resp_len; /* Also set when the response is over max_bytes. */
+  uint8_t *ranks;  /* Every packed RankPlan back to back: rank r is [off[r], off[r+1]). */
+  size_t *off;     /* n_ranks + 1 offsets into ranks. */
+  size_t n_ranks;
+} pk_packed_plan_t;
+
+/* The one encoder of a plan, for the server's handler and pk_plan_bytes:
+ * the packed PlanResponse under plan_id and each rank's packed RankPlan
+ * (what the cache, the store and GetRankPlan serve; each names plan_id).
+ * Returns 0; PK_ENOMEM; or PK_EINVAL when the response would be over
+ * max_bytes (then only resp_len is set). */
+PK_EXPORT int pk_codec_pack_plan(const pk_plan_t *plan, const char *plan_id, int64_t max_bytes,
+                                 pk_packed_plan_t *out);
+
+PK_EXPORT void pk_packed_plan_free(pk_packed_plan_t *pp);
+
+/* Packs an already built PlanResponse the way pk_codec_pack_plan does;
+ * the bytes equal packd__v1__plan_response__pack's (a test checks it).
+ * Returns the length and a malloc'd buffer in *out (free with free()), or
+ * 0 and NULL when out of memory. */
+size_t pk_pack_plan_response(const Packd__V1__PlanResponse *resp, uint8_t **out);
+
 /* The whole pipeline on bytes, for the embedded Python mode, packctl
  * --local and tests: decode, plan, encode, pack. Defined in plan_bytes.c,
  * not in the codec, which only translates; declared here because codec.h is

@@ -30,100 +30,6 @@ static void reply_reset(pk_reply_t *reply) {
   memset(reply, 0, sizeof *reply);
 }
 
-/* The packed plan: every RankPlan packed once, back to back (the cache's
- * format, and what GetRankPlan returns), and the PlanResponse built around
- * them. */
-typedef struct packed_plan {
-  uint8_t *ranks; /* All ranks; rank r at [off[r], off[r+1]). */
-  size_t *off;    /* n_ranks + 1 offsets. */
-  uint8_t *resp;  /* The packed PlanResponse. */
-  size_t resp_len;
-} packed_plan_t;
-
-/* Bytes of v as a protobuf varint. */
-static size_t varint_size(size_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, size_t v) {
-  while (v >= 0x80) {
-    *p++ = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = (uint8_t)v;
-  return p;
-}
-
-/* Packs resp once: each rank into pp->ranks, then the response as
- * [plan_id] [tag + length + rank]... [stats], which is byte for byte what
- * protobuf-c packs for the whole message (fields in number order; the test
- * test_packed_response_equals_protobuf_c checks it) without walking the
- * ranks twice. Returns 0, PK_ENOMEM, or PK_EINVAL when the response would
- * exceed max_bytes (pp->resp_len then holds its size). */
-static int pack_plan(Packd__V1__PlanResponse *resp, int64_t max_bytes, packed_plan_t *pp) {
-  size_t n = resp->n_ranks;
-  memset(pp, 0, sizeof *pp);
-  pp->off = malloc((n + 1) * sizeof *pp->off);
-  if (pp->off == NULL)
-    return PK_ENOMEM;
-  Packd__V1__PlanResponse head = PACKD__V1__PLAN_RESPONSE__INIT;
-  Packd__V1__PlanResponse tail = PACKD__V1__PLAN_RESPONSE__INIT;
-  head.plan_id = resp->plan_id;
-  tail.stats = resp->stats;
-  size_t head_len = packd__v1__plan_response__get_packed_size(&head);
-  size_t tail_len = packd__v1__plan_response__get_packed_size(&tail);
-  size_t total = head_len + tail_len;
-  pp->off[0] = 0;
-  for (size_t r = 0; r < n; r++) {
-    size_t len = packd__v1__rank_plan__get_packed_size(resp->ranks[r]);
-    pp->off[r + 1] = pp->off[r] + len;
-    total += 1 + varint_size(len) + len; /* Tag of field 2 (one byte), length, bytes. */
-  }
-  pp->resp_len = total;
-  if ((int64_t)total > max_bytes)
-    return PK_EINVAL;
-  pp->ranks = malloc(pp->off[n] > 0 ? pp->off[n] : 1);
-  pp->resp = malloc(total > 0 ? total : 1);
-  if (pp->ranks == NULL || pp->resp == NULL)
-    return PK_ENOMEM;
-  uint8_t *p = pp->resp;
-  p += packd__v1__plan_response__pack(&head, p);
-  for (size_t r = 0; r < n; r++) {
-    size_t len = pp->off[r + 1] - pp->off[r];
-    packd__v1__rank_plan__pack(resp->ranks[r], pp->ranks + pp->off[r]);
-    *p++ = (uint8_t)((2u << 3) | 2u); /* Field 2 (ranks), length-delimited. */
-    p = put_varint(p, len);
-    memcpy(p, pp->ranks + pp->off[r], len);
-    p += len;
-  }
-  p += packd__v1__plan_response__pack(&tail, p);
-  return (size_t)(p - pp->resp) == total ? PK_OK : PK_EINTERNAL;
-}
-
-static void packed_plan_free(packed_plan_t *pp) {
-  free(pp->ranks);
-  free(pp->off);
-  free(pp->resp);
-}
-
-size_t pk_pack_plan_response(Packd__V1__PlanResponse *resp, uint8_t **out) {
-  packed_plan_t pp;
-  *out = NULL;
-  size_t len = 0;
-  if (pack_plan(resp, INT64_MAX, &pp) == PK_OK) {
-    *out = pp.resp;
-    len = pp.resp_len;
-    pp.resp = NULL;
-  }
-  packed_plan_free(&pp);
-  return len;
-}
-
 void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
                     pk_reply_t *reply) {
   reply_reset(reply);
@@ -154,44 +60,21 @@ void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
     pk_reply_error(reply, pk_status_from_error(rc), "%s", err[0] ? err : pk_strerror(rc));
     return;
   }
-  Packd__V1__PlanResponse *resp = NULL;
-  rc = pk_codec_encode_plan(plan, reply->plan_id, &resp);
+  pk_packed_plan_t pp;
+  rc = pk_codec_pack_plan(plan, reply->plan_id, env->max_message_bytes, &pp);
   pk_plan_free(plan);
   pk_codec_free_request(msg);
-  if (rc != PK_OK) {
-    pk_reply_error(reply, pk_status_from_error(rc), "cannot encode the plan: %s", pk_strerror(rc));
-    return;
-  }
-  /* GetRankPlan answers carry the plan_id; the codec puts it into every
-   * rank already, so the packed ranks serve both. Should a rank lack it,
-   * it is set for the packing and put back before the response is freed. */
-  char **saved = NULL;
-  for (size_t r = 0; r < resp->n_ranks && saved == NULL; r++)
-    if (resp->ranks[r]->plan_id == NULL || strcmp(resp->ranks[r]->plan_id, reply->plan_id) != 0)
-      saved = calloc(resp->n_ranks, sizeof *saved);
-  if (saved != NULL) {
-    for (size_t r = 0; r < resp->n_ranks; r++) {
-      saved[r] = resp->ranks[r]->plan_id;
-      resp->ranks[r]->plan_id = reply->plan_id;
-    }
-  }
-  packed_plan_t pp;
-  rc = pack_plan(resp, env->max_message_bytes, &pp);
-  size_t n_ranks = resp->n_ranks;
-  if (saved != NULL) {
-    for (size_t r = 0; r < resp->n_ranks; r++)
-      resp->ranks[r]->plan_id = saved[r];
-    free(saved);
-  }
-  pk_codec_free_response(resp);
+  size_t n_ranks = pp.n_ranks;
   if (rc == PK_EINVAL) {
     pk_reply_error(reply, PK_GRPC_RESOURCE_EXHAUSTED,
                    "the plan for %llu sequences is %zu bytes, over --max-message-bytes %lld",
                    (unsigned long long)reply->sequences, pp.resp_len,
                    (long long)env->max_message_bytes);
-  } else if (rc != PK_OK) {
+  } else if (rc == PK_ENOMEM) {
     pk_reply_error(reply, PK_GRPC_RESOURCE_EXHAUSTED, "cannot allocate %zu bytes for the plan",
                    pp.resp_len);
+  } else if (rc != PK_OK) {
+    pk_reply_error(reply, pk_status_from_error(rc), "cannot encode the plan: %s", pk_strerror(rc));
   } else {
     reply->bytes = pp.resp;
     reply->len = pp.resp_len;
@@ -215,7 +98,7 @@ void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
     }
     reply->code = PK_GRPC_OK;
   }
-  packed_plan_free(&pp);
+  pk_packed_plan_free(&pp);
   double t2 = pk_monotonic_seconds();
   if (env->metrics != NULL && reply->code == PK_GRPC_OK)
     pk_metrics_plan(env->metrics, reply->sequences, t1 - t0, t2 - t1);

@@ -63,13 +63,6 @@ void pk_handle_get_rank_plan(const pk_handler_env_t *env, const uint8_t *req, si
 void pk_handle_health_check(const pk_handler_env_t *env, const uint8_t *req, size_t len,
                             pk_reply_t *reply);
 
-/* Packs a PlanResponse the way pk_handle_plan does (each rank packed once,
- * the message assembled around them). The bytes equal
- * packd__v1__plan_response__pack's. Returns the length and a malloc'd
- * buffer in *out (free with free()), or 0 and NULL when out of memory. */
-struct Packd__V1__PlanResponse;
-size_t pk_pack_plan_response(struct Packd__V1__PlanResponse *resp, uint8_t **out);
-
 /* Fills reply with a status and a formatted message and no bytes. */
 void pk_reply_error(pk_reply_t *reply, int code, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));

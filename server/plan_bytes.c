@@ -3,15 +3,15 @@
  * the plan-bytes fuzz target.
  *
  * It joins the codec and the planner: request bytes are decoded by the
- * codec, planned by the planner under the server's default limits, encoded
- * by the codec and packed. It lives apart from codec.c so that the codec
- * only translates between messages and planner types and never plans; the
+ * codec, planned by the planner under the server's default limits, and
+ * packed by the one encoder the server uses too (pk_codec_pack_plan). It lives apart from codec.c
+ * so that the codec only translates between messages and planner types and never plans; the
  * server's handler (handlers.c) runs the same steps with its own limits,
  * cache and store.
  *
  * Memory: the returned buffer is the only thing that outlives a call; the
- * decoded request, the plan and the response message are freed on every
- * path through the one exit label. */
+ * decoded request, the plan and the packed ranks are freed on every path
+ * through the one exit label. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -37,7 +37,7 @@ int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *re
                   size_t errlen) {
   int rc = PK_OK;
   Packd__V1__PlanRequest *msg = NULL;
-  Packd__V1__PlanResponse *out = NULL;
+  pk_packed_plan_t packed = {0};
   pk_plan_t *plan = NULL;
   pk_request_t r;
   char id[33];
@@ -54,26 +54,17 @@ int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *re
                               .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES};
   rc = pk_plan_limited(&r, &limits, &plan, err, errlen);
   PLAN_BYTES_CHECK(rc == PK_OK, rc);
-  rc = pk_codec_encode_plan(plan, id, &out);
+  rc = pk_codec_pack_plan(plan, id, INT64_MAX, &packed);
   if (rc != PK_OK)
-    plan_bytes_msg(err, errlen, "response: out of memory while encoding the plan");
+    plan_bytes_msg(err, errlen,
+                   rc == PK_ENOMEM ? "response: out of memory while encoding the plan"
+                                   : "response: internal error while encoding the plan");
   PLAN_BYTES_CHECK(rc == PK_OK, rc);
-
-  size_t size = packd__v1__plan_response__get_packed_size(out);
-  uint8_t *buf = malloc(size == 0 ? 1 : size);
-  if (buf == NULL)
-    plan_bytes_msg(err, errlen, "response: out of memory for the packed PlanResponse");
-  PLAN_BYTES_CHECK(buf != NULL, PK_ENOMEM);
-  size_t written = packd__v1__plan_response__pack(out, buf);
-  if (written != size) {
-    free(buf);
-    plan_bytes_msg(err, errlen, "response: packed size differs from the computed size");
-    PLAN_BYTES_CHECK(false, PK_EINTERNAL);
-  }
-  *resp = buf;
-  *resp_len = size;
+  *resp = packed.resp;
+  *resp_len = packed.resp_len;
+  packed.resp = NULL;
 done:
-  pk_codec_free_response(out);
+  pk_packed_plan_free(&packed);
   pk_plan_free(plan);
   pk_codec_free_request(msg);
   return rc;
