@@ -38,3 +38,24 @@ def test_bench_smoke(tmp_path):
         key = tuple(sorted(rec["lengths"]))
         assert key not in seen, "each distinct micro-batch once"
         seen.add(key)
+
+
+def test_device_timer_path_on_the_host():
+    """bench/e2e/cuda_timer.py, the path `run.py --device cuda` takes, run
+    on the CPU (packd.gpu's host backend packs, perf_counter times): the
+    packed micro-batch equals the padded rows' run (loss and every
+    gradient), and measure_stable times every key once per repeat after an
+    untimed pass."""
+    sys.path[:0] = [str(REPO / "bench" / "e2e"), str(REPO / "tests" / "e2e")]
+    import run as bench_run
+    from cuda_timer import CudaTimer, check_packed_equals_padded
+    from tiny_model import Config
+
+    cfg = Config(vocab=64, hidden=32, heads=4, layers=2, mlp=64, dtype="float32")
+    check = check_packed_equals_padded(cfg, "cpu")
+    assert check["sdpa loss rel err"] < 1e-6 and check["sdpa max grad rel err"] < 1e-5, check
+    timer = CudaTimer(cfg, 1, "cpu")
+    keys = [(30, 20), (12,), (40, 40, 3)]
+    times, raw = bench_run.measure(timer, keys, 3, 1, None)
+    assert times is raw and set(times) == set(keys)
+    assert all(len(v) == 3 and all(t > 0 for t in v) for v in times.values())
