@@ -10,6 +10,7 @@
  * allocator) frees both kinds. A partially built message is always in a
  * state that function can free: counts only cover initialised entries. */
 #include "codec.h"
+#include "codec_check.h"
 #include "grpc_status_names.h"
 
 #include <stdbool.h>
@@ -21,15 +22,6 @@
  * codec keeps it on the stack so that hashing cannot fail. */
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
-
-/* Jumps to the one exit label with rc set when cond is false. */
-#define PK_CODEC_CHECK(cond, code)                                                                 \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      rc = (code);                                                                                 \
-      goto done;                                                                                   \
-    }                                                                                              \
-  } while (0)
 
 int pk_status_from_error(int code) {
   switch (code) {
@@ -50,12 +42,6 @@ int pk_status_from_error(int code) {
     /* PK_EINTERNAL and any code this table does not know is a bug. */
     return PK_GRPC_INTERNAL;
   }
-}
-
-/* Writes a message into err when there is room. */
-static void codec_msg(char *err, size_t errlen, const char *msg) {
-  if (err != NULL && errlen > 0)
-    snprintf(err, errlen, "%s", msg);
 }
 
 /* calloc with an overflow check on count * size; NULL on overflow or
@@ -141,7 +127,7 @@ int pk_codec_decode_request(const uint8_t *buf, size_t len, Packd__V1__PlanReque
   *msg = NULL;
   memset(req, 0, sizeof *req);
   if (buf == NULL && len > 0) {
-    codec_msg(err, errlen, "request: NULL buffer with a non-zero length");
+    pk_codec_msg(err, errlen, "request: NULL buffer with a non-zero length");
     return PK_EDECODE;
   }
   /* An empty buffer is a valid message with every field at its default;

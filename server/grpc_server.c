@@ -522,9 +522,11 @@ static void ignore_stopped(void *user) {
   (void)user;
 }
 
-/* Stops a started server that has no threads, on this thread, and frees
- * it. Only for failures during start-up. */
-static void stop_inline(pk_grpc_server_t *s) {
+/* Stops a started server and frees it; only for failures during start-up.
+ * With completion-queue threads running they drain the queue and this
+ * thread waits; without any, this thread drains it. */
+static void stop_at_start(pk_grpc_server_t *s) {
+  bool drain_here = s->n_cq_threads == 0;
   s->on_stopped = ignore_stopped;
   pk_grpc_server_shutdown(s);
   grpc_server_cancel_all_calls(s->server);
@@ -534,7 +536,12 @@ static void stop_inline(pk_grpc_server_t *s) {
     pthread_mutex_unlock(&s->mu);
     if (done)
       break;
-    process_event(s, grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL));
+    if (drain_here) {
+      process_event(s, grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL));
+    } else {
+      struct timespec ts = {0, 1000000L};
+      nanosleep(&ts, NULL);
+    }
   }
   pk_grpc_server_destroy(s);
 }
@@ -649,24 +656,7 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
   }
   if (s->n_workers == 0) {
     snprintf(err, errlen, "cannot start the server's threads");
-    if (s->n_cq_threads > 0) {
-      /* Threads poll the queue: stop through them. */
-      s->on_stopped = ignore_stopped;
-      pk_grpc_server_shutdown(s);
-      grpc_server_cancel_all_calls(s->server);
-      for (;;) {
-        pthread_mutex_lock(&s->mu);
-        int done = s->stopped_signalled;
-        pthread_mutex_unlock(&s->mu);
-        if (done)
-          break;
-        struct timespec ts = {0, 1000000L};
-        nanosleep(&ts, NULL);
-      }
-      pk_grpc_server_destroy(s);
-    } else {
-      stop_inline(s);
-    }
+    stop_at_start(s);
     return PK_ENOMEM;
   }
   *out = s;

@@ -17,21 +17,7 @@
 #include <stdlib.h>
 
 #include "codec.h"
-
-/* Jumps to the one exit label with rc set when cond is false. */
-#define PLAN_BYTES_CHECK(cond, code)                                                               \
-  do {                                                                                             \
-    if (!(cond)) {                                                                                 \
-      rc = (code);                                                                                 \
-      goto done;                                                                                   \
-    }                                                                                              \
-  } while (0)
-
-/* Writes a message into err when there is room. */
-static void plan_bytes_msg(char *err, size_t errlen, const char *msg) {
-  if (err != NULL && errlen > 0)
-    snprintf(err, errlen, "%s", msg);
-}
+#include "codec_check.h"
 
 int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *resp_len, char *err,
                   size_t errlen) {
@@ -47,19 +33,19 @@ int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *re
     err[0] = '\0';
 
   rc = pk_codec_decode_request(req, req_len, &msg, &r, err, errlen);
-  PLAN_BYTES_CHECK(rc == PK_OK, rc);
+  PK_CODEC_CHECK(rc == PK_OK, rc);
   pk_codec_plan_id(msg, id, sizeof id);
   /* The server's default limits: the embedded mode refuses what it would. */
   const pk_limits_t limits = {.max_sequences = PK_DEFAULT_MAX_SEQUENCES,
                               .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES};
   rc = pk_plan_limited(&r, &limits, &plan, err, errlen);
-  PLAN_BYTES_CHECK(rc == PK_OK, rc);
+  PK_CODEC_CHECK(rc == PK_OK, rc);
   rc = pk_codec_pack_plan(plan, id, INT64_MAX, &packed);
   if (rc != PK_OK)
-    plan_bytes_msg(err, errlen,
-                   rc == PK_ENOMEM ? "response: out of memory while encoding the plan"
-                                   : "response: internal error while encoding the plan");
-  PLAN_BYTES_CHECK(rc == PK_OK, rc);
+    pk_codec_msg(err, errlen,
+                 rc == PK_ENOMEM ? "response: out of memory while encoding the plan"
+                                 : "response: internal error while encoding the plan");
+  PK_CODEC_CHECK(rc == PK_OK, rc);
   *resp = packed.resp;
   *resp_len = packed.resp_len;
   packed.resp = NULL;

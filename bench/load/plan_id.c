@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_args.h"
 #include "clock.h"
 #include "codec.h"
 #include "plan_id.h"
@@ -34,24 +35,11 @@ static void count_append(ProtobufCBuffer *b, size_t len, const uint8_t *data) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 2) {
-    fprintf(stderr, "usage: %s REQUEST.bin [N]\n", argv[0]);
+  size_t len = 0;
+  int n = 0;
+  uint8_t *buf = bench_read_args(argc, argv, &len, &n);
+  if (buf == NULL)
     return 2;
-  }
-  int n = argc > 2 ? atoi(argv[2]) : 200;
-  if (n < 1)
-    n = 1;
-  FILE *f = fopen(argv[1], "rb");
-  if (f == NULL) {
-    fprintf(stderr, "cannot open %s\n", argv[1]);
-    return 2;
-  }
-  fseek(f, 0, SEEK_END);
-  long size = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *buf = malloc(size > 0 ? (size_t)size : 1);
-  size_t len = fread(buf, 1, (size_t)size, f);
-  fclose(f);
 
   char err[512];
   Packd__V1__PlanRequest *msg = NULL;

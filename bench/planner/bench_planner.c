@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_rng.h"
 #include "pk_planner.h"
 #include "rounds.h"
 #include "sweep.h"
@@ -30,19 +31,6 @@
 #ifndef PK_SOURCE_DIR
 #define PK_SOURCE_DIR "."
 #endif
-
-/* ---- Random numbers (splitmix64) ----------------------------------------- */
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
-
-static double rng_unit(uint64_t *s) {
-  return (double)(rng_next(s) >> 11) / 9007199254740992.0;
-}
 
 /* ---- Workloads ----------------------------------------------------------- */
 

@@ -26,6 +26,7 @@
 #include <time.h>
 
 #include "auto/auto.h"
+#include "bench_rng.h"
 #include "pk_planner.h"
 
 enum { BATCHES = 8, STAGES = 32 };
@@ -62,17 +63,6 @@ static double now_ms(void) {
   struct timespec ts;
   clock_gettime(bench_clock, &ts);
   return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
-}
-
-static uint64_t rng_next(uint64_t *s) {
-  uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
-static double rng_unit(uint64_t *s) {
-  return (double)(rng_next(s) >> 11) / 9007199254740992.0;
 }
 
 static int cmp_double(const void *a, const void *b) {
