@@ -228,6 +228,11 @@ int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count);
 void pk_auto_bin_lists(const auto_state_t *s, uint32_t *head, uint32_t *next);
 /* Moves item k to micro-batch `to`, keeping the per-bin lists head/next. */
 void pk_auto_move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t k, uint32_t to);
+/* Reorders the first nbins micro-batches: new bin q is old bin perm[q];
+ * item_bin follows. tmp (nbins) and moved (nbins) are the caller's
+ * scratch. */
+void pk_auto_permute_bins(auto_state_t *s, const uint32_t *perm, uint32_t nbins, uint32_t *tmp,
+                          pk_bin_t *moved);
 
 /* PACKED (packed.c). saved_* hold s->m x dp micro-batches and n items. */
 int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order);

@@ -240,3 +240,15 @@ void pk_packing_copy(pk_packing_t *dst, const pk_packing_t *src, size_t nbins, u
   memcpy(dst->bins, src->bins, nbins * sizeof *dst->bins);
   memcpy(dst->item_bin, src->item_bin, (size_t)n * sizeof *dst->item_bin);
 }
+
+void pk_auto_permute_bins(auto_state_t *s, const uint32_t *perm, uint32_t nbins, uint32_t *tmp,
+                          pk_bin_t *moved) {
+  /* tmp: old bin -> new bin. */
+  for (uint32_t q = 0; q < nbins; q++) {
+    tmp[perm[q]] = q;
+    moved[q] = s->bins[perm[q]];
+  }
+  memcpy(s->bins, moved, (size_t)nbins * sizeof *s->bins);
+  for (uint32_t k = 0; k < s->ctx->n; k++)
+    s->item_bin[k] = tmp[s->item_bin[k]];
+}

@@ -571,13 +571,7 @@ static int adopt(const ex_search_t *x, auto_state_t *s, const uint32_t *order, u
     for (uint32_t i = 0; i < nbins; i++)
       perm[i] = i;
     pk_merge_sort_u32(perm, tmp, nbins, bin_before, s->bins);
-    for (uint32_t q = 0; q < nbins; q++) {
-      tmp[perm[q]] = q;
-      moved[q] = s->bins[perm[q]];
-    }
-    memcpy(s->bins, moved, (size_t)nbins * sizeof *s->bins);
-    for (uint32_t k = 0; k < n; k++)
-      s->item_bin[k] = tmp[s->item_bin[k]];
+    pk_auto_permute_bins(s, perm, nbins, tmp, moved);
   }
   free(perm);
   free(tmp);

@@ -312,14 +312,7 @@ int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
     rc = PK_ECANCELED;
     goto done;
   }
-  /* tmp: old bin -> new bin. */
-  for (uint32_t q = 0; q < nbins; q++) {
-    tmp[perm[q]] = q;
-    moved[q] = s->bins[perm[q]];
-  }
-  memcpy(s->bins, moved, (size_t)nbins * sizeof *s->bins);
-  for (uint32_t k = 0; k < n; k++)
-    s->item_bin[k] = tmp[s->item_bin[k]];
+  pk_auto_permute_bins(s, perm, nbins, tmp, moved);
   if (pk_auto_poll(s->stop))
     rc = PK_ECANCELED;
 done:

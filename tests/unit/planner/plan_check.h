@@ -176,4 +176,16 @@ static inline void check_same_plan(const pk_plan_t *a, const pk_plan_t *b) {
     }
 }
 
+/* A pk_limits_t.should_stop callback that answers "stop" from its `at`-th
+ * call on, counting the calls (the stop tests stop at every poll). */
+typedef struct stop_counter {
+  uint64_t calls;
+  uint64_t at;
+} stop_counter_t;
+
+static inline int stop_at(void *arg) {
+  stop_counter_t *c = arg;
+  return ++c->calls >= c->at;
+}
+
 #endif

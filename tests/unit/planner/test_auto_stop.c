@@ -22,16 +22,6 @@
 #include "auto/auto.h"
 #include "pk_planner.h"
 
-typedef struct stop_counter {
-  uint64_t calls;
-  uint64_t at;
-} stop_counter_t;
-
-static int stop_at(void *arg) {
-  stop_counter_t *c = arg;
-  return ++c->calls >= c->at;
-}
-
 typedef struct stop_case {
   const char *name;
   uint32_t n, dp, cap, resp_cap, max_seqs;

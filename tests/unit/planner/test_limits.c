@@ -90,17 +90,6 @@ static void test_estimate_covers_real_size(void **state) {
   free(lengths);
 }
 
-/* A stop callback that answers "stop" from its `at`-th call on. */
-typedef struct stop_counter {
-  uint64_t calls;
-  uint64_t at;
-} stop_counter_t;
-
-static int stop_at(void *arg) {
-  stop_counter_t *c = arg;
-  return ++c->calls >= c->at;
-}
-
 /* 16 Mi sequences: refused on max_sequences, and with that limit off on the
  * size estimate, without planning: the planner's stop callback, polled from
  * the first mini-batch on, is never reached. (How fast the refusal is, is

@@ -11,8 +11,8 @@
 
 #include <cmocka.h>
 
-#include "grpc/health/v1/health.pb-c.h"
 #include "codec.h"
+#include "grpc/health/v1/health.pb-c.h"
 #include "handlers.h"
 #include "packd/v1/packd.pb-c.h"
 #include "pk_error.h"
