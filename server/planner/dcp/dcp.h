@@ -1,0 +1,155 @@
+/* Internal interfaces of the dynamic context-parallel planner (pk_dcp.h).
+ *
+ * Pipeline (plan.c): validate (validate.c: the effective configuration and
+ * the table of allowed group sizes) -> per sequence, its aligned length and
+ * cost in every allowed size (cost.c) -> the bounds (cost.c) -> an
+ * assignment of sequences to groups and of groups to slots (AUTO: auto.c,
+ * slots.c, level.c; Megatron-Core's scheduler: megatron.c) -> the plan
+ * (build.c). */
+#ifndef PK_DCP_INTERNAL_H
+#define PK_DCP_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "pk_dcp.h"
+#include "pk_internal.h"
+
+/* Limits validation enforces, so that every product below fits 64 bits. */
+#define DCP_MAX_POOL 65536u
+#define DCP_MAX_TP 1024u
+#define DCP_MAX_TOKENS (1ull << 40)
+
+/* The effective, validated configuration. */
+typedef struct dcp_cfg {
+  uint32_t pool;
+  uint32_t tp;
+  uint32_t cp_algo;
+  bool sp;
+  uint32_t sizes; /* pk_dcp_sizes_t. */
+  uint32_t algo;
+  uint64_t cap;      /* Per GPU and slot. */
+  uint32_t max_seqs; /* Per group; UINT32_MAX when none. */
+  /* The cost's linear, quadratic, per_sequence and per_micro_batch terms in
+   * the planner's own configuration, so that pk_token_cost prices a
+   * group's stream exactly as it prices a micro-batch. */
+  pk_cfg_t base;
+  double cp_token, cp_group;
+  /* The allowed group sizes, ascending, nsize of them. */
+  uint32_t *size;
+  uint32_t nsize;
+} dcp_cfg_t;
+
+/* Validates a request and fills cfg (cfg->size allocated; free it with
+ * dcp_cfg_free). PK_EINVAL / PK_ENOMEM with a message naming the field. */
+int dcp_validate(const pk_dcp_request_t *req, dcp_cfg_t *cfg, char *err, size_t errlen);
+void dcp_cfg_free(dcp_cfg_t *cfg);
+
+/* The alignment of a group of c GPUs: 2 c tp (zigzag, c > 1), c tp
+ * (Ulysses, c > 1), tp with sequence parallelism at c = 1, else 1. */
+static inline uint64_t dcp_align(const dcp_cfg_t *cfg, uint32_t c) {
+  if (c == 1)
+    return cfg->sp ? cfg->tp : 1;
+  return (uint64_t)c * cfg->tp * (cfg->cp_algo == PK_CP_ZIGZAG ? 2u : 1u);
+}
+
+static inline uint64_t dcp_aligned(const dcp_cfg_t *cfg, uint32_t c, uint32_t len) {
+  return pk_round_up(len, dcp_align(cfg, c));
+}
+
+/* A sequence's cost per GPU in a group of c GPUs (without the group's own
+ * per_micro_batch and cp_group terms). */
+static inline double dcp_seq_cost(const dcp_cfg_t *cfg, uint32_t c, uint64_t aligned) {
+  double a = (double)aligned;
+  return cfg->base.seq + pk_token_cost(&cfg->base, aligned) / c +
+         cfg->cp_token * a * (double)(c - 1) / c;
+}
+
+/* The group's own terms: per_micro_batch plus cp_group (c - 1). */
+static inline double dcp_group_base(const dcp_cfg_t *cfg, uint32_t c) {
+  return cfg->base.micro + cfg->cp_group * (double)(c - 1);
+}
+
+/* Per sequence facts: kmin[i] is the smallest size index at which sequence
+ * i fits a group alone (aligned length within c x cap). Costs at other
+ * sizes are computed on demand (a few operations), never tabulated: with
+ * any-size groups the table would be n x pool. */
+typedef struct dcp_items {
+  uint32_t n;
+  const uint32_t *len;
+  uint32_t *kmin;
+} dcp_items_t;
+
+/* Fills items; PK_EPRECOND naming the first sequence that fits in no
+ * allowed group. */
+int dcp_items_init(const dcp_cfg_t *cfg, const uint32_t *len, uint32_t n, dcp_items_t *it,
+                   char *err, size_t errlen);
+void dcp_items_free(dcp_items_t *it);
+
+static inline uint64_t dcp_item_aligned(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i,
+                                        uint32_t k) {
+  return dcp_aligned(cfg, cfg->size[k], it->len[i]);
+}
+static inline double dcp_item_cost(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i,
+                                   uint32_t k) {
+  return dcp_seq_cost(cfg, cfg->size[k], dcp_item_aligned(cfg, it, i, k));
+}
+/* Whether sequence i may join a group of size index k that already holds
+ * `sum` aligned tokens and `count` sequences. */
+static inline bool dcp_item_fits(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i,
+                                 uint32_t k, uint64_t sum, uint32_t count) {
+  return k >= it->kmin[i] && count < cfg->max_seqs &&
+         sum + dcp_item_aligned(cfg, it, i, k) <= (uint64_t)cfg->size[k] * cfg->cap;
+}
+
+/* The bounds (cost.c): the fewest slots any plan needs, and the least step
+ * of any plan (pool work at each sequence's cheapest size over the pool
+ * plus the slots' per_micro_batch; the costliest sequence alone in its
+ * cheapest group). */
+uint32_t dcp_slots_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it);
+double dcp_step_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots);
+
+/* An assignment: every sequence's group, every group's size index, slot and
+ * first GPU. Groups are numbered 0 .. ngroups - 1 in any order; build.c
+ * sorts them. */
+typedef struct dcp_assign {
+  uint32_t *seq_group; /* n */
+  uint32_t ngroups, cap_groups;
+  uint32_t *gk;    /* Size index. */
+  uint32_t *slot;  /* Slot. */
+  uint32_t *first; /* First GPU. */
+  uint32_t slots;
+} dcp_assign_t;
+
+int dcp_assign_init(dcp_assign_t *a, uint32_t n, uint32_t cap_groups);
+/* Adds a group, growing the arrays; returns its number or UINT32_MAX when
+ * out of memory. */
+uint32_t dcp_assign_add(dcp_assign_t *a, uint32_t k, uint32_t slot, uint32_t first);
+void dcp_assign_free(dcp_assign_t *a);
+
+/* The algorithms. Both return 0, PK_ENOMEM, PK_ECANCELED, or PK_EPRECOND
+ * with a message. */
+int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+             dcp_assign_t *out, char *err, size_t errlen);
+int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                 dcp_assign_t *out, char *err, size_t errlen);
+
+/* The size index of group size c, or UINT32_MAX when c is not allowed. */
+uint32_t dcp_size_index(const dcp_cfg_t *cfg, uint32_t c);
+
+/* Whether a group of size index k may start at GPU `first`. */
+static inline bool dcp_start_ok(const dcp_cfg_t *cfg, uint32_t k, uint32_t first) {
+  uint32_t c = cfg->size[k];
+  if (first + c > cfg->pool)
+    return false;
+  if (cfg->sizes == PK_DCP_SIZES_ANY)
+    return true;
+  return c == cfg->pool ? first == 0 : first % c == 0;
+}
+
+/* Builds the plan from an assignment (build.c). */
+int dcp_build(const pk_dcp_request_t *req, const dcp_cfg_t *cfg, const dcp_items_t *it,
+              const dcp_assign_t *a, pk_dcp_plan_t **out, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,213 @@
+/* Levelling (state.h, dcp_level): the step is the sum over slots of the
+ * costliest group, so only a slot's costliest group is worth lightening.
+ * For every slot in turn, a sequence of its costliest group moves to a
+ * group of another slot that stays at or under that slot's maximum, or of
+ * the same slot that stays under it; failing that, it swaps with a cheaper
+ * sequence of a group of another slot under the same rule. Each accepted
+ * change lowers the step by more than DCP_LEVEL_EPS of it and keeps every
+ * invariant (the cap, max_seqs, kmin, no group emptied), so the search
+ * ends; a work budget bounds its time on large batches. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "state.h"
+
+#define DCP_LEVEL_EPS 1e-9
+#define DCP_LEVEL_PASSES 16u
+/* Candidate (sequence, group) pairs looked at per plan: about 10 ms. */
+#define DCP_LEVEL_BUDGET 4000000u
+
+typedef struct lv {
+  dcp_state_t *s;
+  uint32_t *start; /* m + 1: the slot's groups in sg[start[j] .. start[j + 1]). */
+  uint32_t *sg;
+  /* Snapshots of member lists: a change that is undone puts its sequence
+   * back at the head of its list, so lists are never walked while
+   * changing. */
+  uint32_t *mem_g, *mem_h;
+  uint64_t work;
+  uint32_t tick;
+} lv_t;
+
+static double slot_max(const lv_t *v, uint32_t j) {
+  double mx = 0;
+  for (uint32_t r = v->start[j]; r < v->start[j + 1]; r++)
+    mx = fmax(mx, v->s->g[v->sg[r]].load);
+  return mx;
+}
+
+/* The costliest group of slot j and the cost of the others' maximum. */
+static uint32_t top(const lv_t *v, uint32_t j, double *second) {
+  uint32_t best = UINT32_MAX;
+  *second = 0;
+  for (uint32_t r = v->start[j]; r < v->start[j + 1]; r++) {
+    uint32_t q = v->sg[r];
+    if (best == UINT32_MAX || v->s->g[q].load > v->s->g[best].load) {
+      if (best != UINT32_MAX)
+        *second = fmax(*second, v->s->g[best].load);
+      best = q;
+    } else {
+      *second = fmax(*second, v->s->g[q].load);
+    }
+  }
+  return best;
+}
+
+/* Moves sequence i to group h and keeps it there when the step falls. */
+static bool try_move(lv_t *v, uint32_t i, uint32_t h) {
+  dcp_state_t *s = v->s;
+  uint32_t g = s->group[i];
+  uint32_t jg = s->g[g].slot, jh = s->g[h].slot;
+  double before = s->smax[jg] + (jh != jg ? s->smax[jh] : 0);
+  dcp_state_remove(s, i);
+  dcp_state_add(s, h, i);
+  double mg = slot_max(v, jg), mh = jh != jg ? slot_max(v, jh) : 0;
+  if (mg + mh < before - DCP_LEVEL_EPS * (before + 1)) {
+    s->smax[jg] = mg;
+    if (jh != jg)
+      s->smax[jh] = mh;
+    return true;
+  }
+  dcp_state_remove(s, i);
+  dcp_state_add(s, g, i);
+  return false;
+}
+
+static bool try_swap(lv_t *v, uint32_t i, uint32_t i2) {
+  dcp_state_t *s = v->s;
+  uint32_t g = s->group[i], h = s->group[i2];
+  uint32_t jg = s->g[g].slot, jh = s->g[h].slot;
+  double before = s->smax[jg] + (jh != jg ? s->smax[jh] : 0);
+  dcp_state_remove(s, i);
+  dcp_state_remove(s, i2);
+  bool ok = dcp_item_fits(s->cfg, s->it, i2, s->g[g].k, s->g[g].sum, s->g[g].count) &&
+            dcp_item_fits(s->cfg, s->it, i, s->g[h].k, s->g[h].sum, s->g[h].count);
+  if (ok) {
+    dcp_state_add(s, g, i2);
+    dcp_state_add(s, h, i);
+    double mg = slot_max(v, jg), mh = jh != jg ? slot_max(v, jh) : 0;
+    if (mg + mh < before - DCP_LEVEL_EPS * (before + 1)) {
+      s->smax[jg] = mg;
+      if (jh != jg)
+        s->smax[jh] = mh;
+      return true;
+    }
+    dcp_state_remove(s, i2);
+    dcp_state_remove(s, i);
+  }
+  dcp_state_add(s, g, i);
+  dcp_state_add(s, h, i2);
+  return false;
+}
+
+/* One improving change on slot j's costliest group; false when none. */
+static uint32_t members(const dcp_state_t *s, uint32_t q, uint32_t *out) {
+  uint32_t cnt = 0;
+  for (uint32_t i = s->g[q].head; i != UINT32_MAX; i = s->nxt[i])
+    out[cnt++] = i;
+  return cnt;
+}
+
+static bool improve(lv_t *v, uint32_t j) {
+  dcp_state_t *s = v->s;
+  const dcp_cfg_t *cfg = s->cfg;
+  const dcp_items_t *it = s->it;
+  double second;
+  uint32_t g = top(v, j, &second);
+  if (g == UINT32_MAX || s->g[g].load <= second)
+    return false; /* Another group as costly: lightening one gains nothing. */
+  uint32_t kg = s->g[g].k;
+  uint32_t ng = members(s, g, v->mem_g);
+  if (ng >= 2) {
+    for (uint32_t x = 0; x < ng; x++) {
+      uint32_t i = v->mem_g[x];
+      double u = dcp_item_cost(cfg, it, i, kg);
+      if (fmax(s->g[g].load - u, second) >= s->smax[j])
+        continue;
+      for (uint32_t h = 0; h < s->ng; h++) {
+        if (v->work++ > DCP_LEVEL_BUDGET)
+          return false;
+        if (h == g)
+          continue;
+        uint32_t jh = s->g[h].slot;
+        double room = s->smax[jh] - s->g[h].load;
+        if (room <= 0 || !dcp_item_fits(cfg, it, i, s->g[h].k, s->g[h].sum, s->g[h].count))
+          continue;
+        if (dcp_item_cost(cfg, it, i, s->g[h].k) > room && jh != j)
+          continue;
+        if (try_move(v, i, h))
+          return true;
+      }
+    }
+  }
+  /* Swaps with a cheaper sequence of a group of another slot with room. */
+  for (uint32_t x = 0; x < ng; x++) {
+    uint32_t i = v->mem_g[x];
+    double u = dcp_item_cost(cfg, it, i, kg);
+    for (uint32_t h = 0; h < s->ng; h++) {
+      uint32_t jh = s->g[h].slot;
+      if (jh == j || s->smax[jh] <= s->g[h].load)
+        continue;
+      uint32_t nh = members(s, h, v->mem_h);
+      for (uint32_t y = 0; y < nh; y++) {
+        uint32_t i2 = v->mem_h[y];
+        if (v->work++ > DCP_LEVEL_BUDGET)
+          return false;
+        if (dcp_item_cost(cfg, it, i2, kg) >= u)
+          continue;
+        double gain = u - dcp_item_cost(cfg, it, i2, kg);
+        double rise = dcp_item_cost(cfg, it, i, s->g[h].k) - dcp_item_cost(cfg, it, i2, s->g[h].k);
+        if (rise > s->smax[jh] - s->g[h].load || gain <= 0)
+          continue;
+        if (try_swap(v, i, i2))
+          return true;
+      }
+    }
+  }
+  return false;
+}
+
+int dcp_level(dcp_state_t *s) {
+  lv_t v = {.s = s};
+  v.start = pk_calloc((size_t)s->m + 1, sizeof *v.start);
+  v.sg = pk_malloc_array(s->ng + 1, sizeof *v.sg);
+  v.mem_g = pk_malloc_array(s->it->n, sizeof *v.mem_g);
+  v.mem_h = pk_malloc_array(s->it->n, sizeof *v.mem_h);
+  int rc = 0;
+  if (v.start == NULL || v.sg == NULL || v.mem_g == NULL || v.mem_h == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  for (uint32_t q = 0; q < s->ng; q++)
+    v.start[s->g[q].slot + 1]++;
+  for (uint32_t j = 0; j < s->m; j++)
+    v.start[j + 1] += v.start[j];
+  for (uint32_t q = 0; q < s->ng; q++)
+    v.sg[v.start[s->g[q].slot]++] = q;
+  for (uint32_t j = s->m; j > 0; j--)
+    v.start[j] = v.start[j - 1];
+  v.start[0] = 0;
+  dcp_state_step(s);
+  for (uint32_t pass = 0; pass < DCP_LEVEL_PASSES && v.work <= DCP_LEVEL_BUDGET; pass++) {
+    bool any = false;
+    for (uint32_t j = 0; j < s->m; j++) {
+      while (v.work <= DCP_LEVEL_BUDGET && improve(&v, j)) {
+        any = true;
+        if (++v.tick % 64 == 0 && pk_limits_stopped(s->limits)) {
+          rc = PK_ECANCELED;
+          goto done;
+        }
+      }
+    }
+    if (!any || pk_limits_stopped(s->limits))
+      break;
+  }
+  if (pk_limits_stopped(s->limits))
+    rc = PK_ECANCELED;
+done:
+  free(v.start);
+  free(v.sg);
+  free(v.mem_g);
+  free(v.mem_h);
+  return rc;
+}
