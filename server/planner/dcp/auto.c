@@ -26,20 +26,30 @@
 
 #include "state.h"
 
+/* The size policies of step 1, each a full plan per count (the cheaper
+ * step wins): every sequence at its cheapest size (spreading left to the
+ * idle filling), or the costliest spread while it pays. The second wins
+ * when long sequences would set their slots' times; the first when many
+ * sequences are near the level and spreading them only adds CP cost. */
+enum { DCP_SIZES_CHEAPEST = 0, DCP_SIZES_SPREAD = 1, DCP_SIZE_POLICIES = 2 };
+
 /* Counts above the bound tried after the first that packs (each costs a
  * full plan; the bound usually stops the search sooner). */
 #define DCP_EXTRA_COUNTS 3u
+/* The class plans pack with scans over all groups: batches up to this many
+ * sequences only (the shelf plans cover every batch). */
+#define DCP_CLASS_MAX_N 4096u
 
 typedef struct sort_arg {
   const uint32_t *k;
   const double *cost;
 } sort_arg_t;
 
-/* By size index, then cost descending, then index. */
+/* By size index descending, then cost descending, then index. */
 static bool class_before(const void *arg, uint32_t x, uint32_t y) {
   const sort_arg_t *a = arg;
   if (a->k[x] != a->k[y])
-    return a->k[x] < a->k[y];
+    return a->k[x] > a->k[y];
   if (a->cost[x] != a->cost[y])
     return a->cost[x] > a->cost[y];
   return x < y;
@@ -59,6 +69,7 @@ typedef struct scratch {
   uint32_t *order; /* n: by class, cost descending. */
   uint32_t *tmp;   /* n. */
   uint32_t *heap;  /* n. */
+  uint32_t *room;  /* n: the dealt classes' room heaps (pack). */
   uint64_t *ngrp;  /* nsize: groups per class. */
   uint64_t *lo;    /* nsize: least groups per class. */
   uint64_t *cnt;   /* nsize. */
@@ -82,33 +93,55 @@ static uint32_t cheapest(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i
   return best;
 }
 
-/* Step 1: sizes for slot count m; returns the level used. */
-static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m,
-                           const uint32_t *k0, scratch_t *w) {
+typedef struct cost_arg {
+  const dcp_cfg_t *cfg;
+  const dcp_items_t *it;
+  const uint32_t *k0;
+} cost_arg_t;
+
+/* Costliest first at the cheapest sizes, ties by index. */
+static bool costlier(const void *arg, uint32_t x, uint32_t y) {
+  const cost_arg_t *a = arg;
+  double cx = dcp_item_cost(a->cfg, a->it, x, a->k0[x]);
+  double cy = dcp_item_cost(a->cfg, a->it, y, a->k0[y]);
+  if (cx != cy)
+    return cx > cy;
+  return x < y;
+}
+
+/* Step 1: sizes for slot count m. A slot costs at least the level (pool
+ * work / (m x pool)); a sequence whose per-GPU cost u is above it raises its
+ * slot by about u - level, and a larger size lowers u but adds its extra
+ * pool work w over the pool to every plan's step (through the level). So
+ * each sequence, costliest first, takes the size that minimises
+ * max(u - level, 0) + (w - w at the cheapest size) / pool, and the level
+ * rises by the extra work before the next one chooses: the costliest
+ * sequences spread first, and spreading stops once it costs more than it
+ * saves. by: the n sequence numbers, sorted here. Returns the level. */
+static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m, uint32_t policy,
+                           const uint32_t *k0, const uint32_t *by, scratch_t *w) {
   double work = 0;
   for (uint32_t i = 0; i < it->n; i++)
     work += cfg->size[k0[i]] * dcp_item_cost(cfg, it, i, k0[i]);
-  double level = work / ((double)m * cfg->pool);
-  for (uint32_t i = 0; i < it->n; i++) {
+  double slots_gpus = (double)m * cfg->pool;
+  double level = work / slots_gpus;
+  for (uint32_t x = 0; x < it->n; x++) {
+    uint32_t i = by[x];
     uint32_t k = k0[i];
-    double c = dcp_item_cost(cfg, it, i, k);
-    if (c > level) {
-      uint32_t best = k;
-      double alone = dcp_group_base(cfg, cfg->size[k]) + c;
+    double u0 = dcp_item_cost(cfg, it, i, k), w0 = cfg->size[k] * u0, c = u0;
+    if (policy == DCP_SIZES_SPREAD && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
+      double best = u0 + dcp_group_base(cfg, cfg->size[k]) - level, bw = w0;
       for (uint32_t q = k + 1; q < cfg->nsize; q++) {
-        double cq = dcp_item_cost(cfg, it, i, q);
-        if (cq <= level) {
-          best = q;
-          break;
-        }
-        double aq = dcp_group_base(cfg, cfg->size[q]) + cq;
-        if (aq < alone) {
-          alone = aq;
-          best = q;
+        double uq = dcp_item_cost(cfg, it, i, q), wq = cfg->size[q] * uq;
+        double g = fmax(uq + dcp_group_base(cfg, cfg->size[q]) - level, 0) + (wq - w0) / cfg->pool;
+        if (g < best) {
+          best = g;
+          k = q;
+          c = uq;
+          bw = wq;
         }
       }
-      k = best;
-      c = dcp_item_cost(cfg, it, i, k);
+      level += (bw - w0) / slots_gpus;
     }
     w->k[i] = k;
     w->cost[i] = c;
@@ -190,50 +223,109 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
   return true;
 }
 
-/* Step 3: LPT of every class into its groups. Returns 0, 1 when a
- * sequence finds no group with room, or PK_ENOMEM. */
-static int pack(dcp_state_t *s, scratch_t *w) {
+/* Room-heap order: most free tokens first (then group number). */
+static bool roomier(const void *arg, uint32_t x, uint32_t y) {
+  const dcp_state_t *s = arg;
+  uint64_t rx = (uint64_t)s->cfg->size[s->g[x].k] * s->cfg->cap - s->g[x].sum;
+  uint64_t ry = (uint64_t)s->cfg->size[s->g[y].k] * s->cfg->cap - s->g[y].sum;
+  if (rx != ry)
+    return rx > ry;
+  return x < y;
+}
+
+/* The classes dealt so far, each with its groups in a heap by free room
+ * (w->room[first .. first + count), groups numbered first .. first + count
+ * too): where a sequence that finds no room in its own class looks. */
+typedef struct dealt {
+  uint32_t k, first, count;
+} dealt_t;
+
+/* Deals one class, items[0 .. cnt) (costliest first), into its groups
+ * first .. first + count by LPT under the cap (a heap of the groups, least
+ * loaded first). A sequence that finds no room in its class goes to the
+ * roomiest group of a class dealt before (larger sizes: classes are dealt
+ * largest size first) that it may use, the least loaded of those that take
+ * it: the small sequences fill what the large groups left, and bins of
+ * several sizes waste less than one size alone. Returns 0, or 1 when a
+ * sequence finds no room anywhere. */
+static int pack_class(dcp_state_t *s, scratch_t *w, const uint32_t *items, uint32_t cnt, uint32_t k,
+                      uint32_t first, uint32_t count, const dealt_t *dealt, uint32_t ndealt) {
   const dcp_cfg_t *cfg = s->cfg;
   const dcp_items_t *it = s->it;
-  uint32_t n = it->n;
+  for (uint32_t q = 0; q < count; q++)
+    w->heap[q] = first + q;
+  for (uint32_t x = 0; x < cnt; x++) {
+    uint32_t i = items[x];
+    uint32_t grp = count > 0 ? w->heap[0] : UINT32_MAX;
+    if (grp == UINT32_MAX || !dcp_item_fits(cfg, it, i, k, s->g[grp].sum, s->g[grp].count)) {
+      /* The lightest group is full: the lightest of this class with room. */
+      grp = UINT32_MAX;
+      for (uint32_t q = first; q < first + count; q++)
+        if (dcp_item_fits(cfg, it, i, k, s->g[q].sum, s->g[q].count) &&
+            (grp == UINT32_MAX || s->g[q].load < s->g[grp].load))
+          grp = q;
+    }
+    if (grp == UINT32_MAX) {
+      uint32_t from = UINT32_MAX;
+      for (uint32_t d = 0; d < ndealt; d++) {
+        uint32_t top = w->room[dealt[d].first];
+        if (dealt[d].k >= it->kmin[i] &&
+            dcp_item_fits(cfg, it, i, dealt[d].k, s->g[top].sum, s->g[top].count) &&
+            (grp == UINT32_MAX || s->g[top].load < s->g[grp].load)) {
+          grp = top;
+          from = d;
+        }
+      }
+      if (grp == UINT32_MAX)
+        return 1;
+      dcp_state_add(s, grp, i);
+      pk_heap_down(w->room + dealt[from].first, dealt[from].count, 0, roomier, s);
+      continue;
+    }
+    dcp_state_add(s, grp, i);
+    /* The group's load only rose: sift it down from where it is. */
+    uint32_t q = 0;
+    while (w->heap[q] != grp)
+      q++;
+    pk_heap_down(w->heap, count, q, lighter, s->g);
+  }
+  return 0;
+}
+
+/* Step 3: every class into its groups. Returns 0, 1 when a class does not
+ * fit its groups, or PK_ENOMEM. */
+static int pack(dcp_state_t *s, scratch_t *w) {
+  const dcp_items_t *it = s->it;
+  uint32_t n = it->n, ndealt = 0;
+  dealt_t *dealt = pk_malloc_array(s->cfg->nsize, sizeof *dealt);
+  if (dealt == NULL)
+    return PK_ENOMEM;
   sort_arg_t arg = {.k = w->k, .cost = w->cost};
   for (uint32_t i = 0; i < n; i++)
     w->order[i] = i;
   pk_merge_sort_u32(w->order, w->tmp, n, class_before, &arg);
-  uint32_t j = 0;
-  while (j < n) {
-    uint32_t k = w->k[w->order[j]];
+  int rc = 0;
+  for (uint32_t j = 0; j < n && rc == 0;) {
+    uint32_t k = w->k[w->order[j]], end = j;
+    while (end < n && w->k[w->order[end]] == k)
+      end++;
     uint32_t first = s->ng, count = (uint32_t)w->ngrp[k];
-    for (uint32_t q = 0; q < count; q++) {
+    for (uint32_t q = 0; q < count && rc == 0; q++)
       if (dcp_state_new_group(s, k) == UINT32_MAX)
-        return PK_ENOMEM;
-      w->heap[q] = first + q;
+        rc = PK_ENOMEM;
+    if (rc == 0)
+      rc = pack_class(s, w, w->order + j, end - j, k, first, count, dealt, ndealt);
+    if (rc == 0) {
+      for (uint32_t q = 0; q < count; q++)
+        w->room[first + q] = first + q;
+      for (uint32_t q = count / 2; q-- > 0;)
+        pk_heap_down(w->room + first, count, q, roomier, s);
+      dealt[ndealt++] = (dealt_t){.k = k, .first = first, .count = count};
     }
-    for (; j < n && w->k[w->order[j]] == k; j++) {
-      uint32_t i = w->order[j];
-      uint32_t grp = w->heap[0];
-      if (!dcp_item_fits(cfg, it, i, k, s->g[grp].sum, s->g[grp].count)) {
-        /* The lightest group is full: the lightest with room, if any. */
-        grp = UINT32_MAX;
-        for (uint32_t q = first; q < first + count; q++)
-          if (dcp_item_fits(cfg, it, i, k, s->g[q].sum, s->g[q].count) &&
-              (grp == UINT32_MAX || s->g[q].load < s->g[grp].load))
-            grp = q;
-        if (grp == UINT32_MAX)
-          return 1;
-      }
-      dcp_state_add(s, grp, i);
-      /* The group's load only rose: sift it down from where it is (the
-       * root but for the rare full-group case above). */
-      uint32_t q = 0;
-      while (w->heap[q] != grp)
-        q++;
-      pk_heap_down(w->heap, count, q, lighter, s->g);
-    }
+    j = end;
   }
-  /* A class with more groups than sequences never happens (counts are at
-   * most the class size), and LPT opens every group with one sequence. */
-  return 0;
+  free(dealt);
+  return rc;
 }
 
 static void scratch_free(scratch_t *w) {
@@ -242,6 +334,7 @@ static void scratch_free(scratch_t *w) {
   free(w->order);
   free(w->tmp);
   free(w->heap);
+  free(w->room);
   free(w->ngrp);
   free(w->lo);
   free(w->cnt);
@@ -251,22 +344,73 @@ static void scratch_free(scratch_t *w) {
 /* One plan at m slots into s (initialised here). Returns 0, 1 when m slots
  * are too few for this way of planning, or a negative code. */
 static int plan_at(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
-                   uint32_t m, const uint32_t *k0, scratch_t *w, dcp_state_t *s) {
+                   uint32_t m, uint32_t policy, const uint32_t *k0, const uint32_t *by,
+                   scratch_t *w, dcp_state_t *s) {
   int rc = dcp_state_init(s, cfg, it, limits, m);
   if (rc != 0)
     return rc;
-  double level = choose_sizes(cfg, it, m, k0, w);
-  if (!count_groups(cfg, it, m, level, w))
+  double level = choose_sizes(cfg, it, m, policy, k0, by, w);
+  if (!count_groups(cfg, it, m, level, w)) {
     return 1;
+  }
   rc = pack(s, w);
-  if (rc != 0)
+  if (rc != 0) {
     return rc;
+  }
   if (pk_limits_stopped(limits))
     return PK_ECANCELED;
   rc = dcp_place(s);
-  if (rc != 0)
+  if (rc != 0) {
     return rc;
-  return dcp_level(s);
+  }
+  return 0;
+}
+
+typedef struct head_arg {
+  const dcp_cfg_t *cfg;
+  const scratch_t *w;
+} head_arg_t;
+
+/* Group cost of a sequence alone at its chosen size, costliest first. */
+static bool taller(const void *arg, uint32_t x, uint32_t y) {
+  const head_arg_t *a = arg;
+  double hx = a->w->cost[x] + dcp_group_base(a->cfg, a->cfg->size[a->w->k[x]]);
+  double hy = a->w->cost[y] + dcp_group_base(a->cfg, a->cfg->size[a->w->k[y]]);
+  if (hx != hy)
+    return hx > hy;
+  return x < y;
+}
+
+/* One shelf plan (shelf.c) of a size policy, its level from m slots, then
+ * the idle filling and levelling. Returns 0 or a negative code. */
+static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                      uint32_t m, uint32_t policy, const uint32_t *k0, const uint32_t *by,
+                      scratch_t *w, dcp_state_t *s) {
+  uint32_t n = it->n;
+  choose_sizes(cfg, it, m, policy, k0, by, w);
+  head_arg_t arg = {.cfg = cfg, .w = w};
+  for (uint32_t i = 0; i < n; i++)
+    w->order[i] = i;
+  pk_merge_sort_u32(w->order, w->tmp, n, taller, &arg);
+  int rc = dcp_state_init(s, cfg, it, limits, n);
+  if (rc == 0)
+    rc = dcp_shelf(s, w->k, w->order);
+  if (rc == 0 && pk_limits_stopped(limits))
+    rc = PK_ECANCELED;
+  if (rc == 0)
+    rc = dcp_fill(s);
+  return rc;
+}
+
+/* Keeps cur when its step is below *best_step (cur is emptied then). */
+static void keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) {
+  double step = dcp_state_step(cur);
+  if (step < *best_step) {
+    *best_step = step;
+    dcp_state_free(best);
+    *best = *cur;
+    memset(cur, 0, sizeof *cur);
+  }
 }
 
 int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
@@ -274,11 +418,13 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   uint32_t n = it->n, ns = cfg->nsize;
   scratch_t w = {0};
   uint32_t *k0 = pk_malloc_array(n, sizeof *k0);
+  uint32_t *by = pk_malloc_array(n, sizeof *by);
   w.k = pk_malloc_array(n, sizeof *w.k);
   w.cost = pk_malloc_array(n, sizeof *w.cost);
   w.order = pk_malloc_array(n, sizeof *w.order);
   w.tmp = pk_malloc_array(n, sizeof *w.tmp);
   w.heap = pk_malloc_array(n, sizeof *w.heap);
+  w.room = pk_malloc_array(n, sizeof *w.room);
   w.ngrp = pk_malloc_array(ns, sizeof *w.ngrp);
   w.lo = pk_malloc_array(ns, sizeof *w.lo);
   w.cnt = pk_malloc_array(ns, sizeof *w.cnt);
@@ -286,52 +432,78 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   dcp_state_t best = {0}, cur = {0};
   double best_step = INFINITY;
   int rc = 0;
-  if (k0 == NULL || w.k == NULL || w.cost == NULL || w.order == NULL || w.tmp == NULL ||
-      w.heap == NULL || w.ngrp == NULL || w.lo == NULL || w.cnt == NULL || w.work == NULL) {
+  if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.order == NULL ||
+      w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL || w.lo == NULL ||
+      w.cnt == NULL || w.work == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: out of memory for %u sequences", n);
     goto done;
   }
-  for (uint32_t i = 0; i < n; i++)
+  for (uint32_t i = 0; i < n; i++) {
     k0[i] = cheapest(cfg, it, i);
-  uint32_t m = dcp_slots_lower_bound(cfg, it), extra = 0;
-  /* Every count up to n packs (one sequence per group fits alone), so the
-   * loop ends; counts above n are never needed. */
-  for (; m <= n && extra <= DCP_EXTRA_COUNTS; m++) {
-    if (best.g != NULL && dcp_step_lower_bound(cfg, it, m) >= best_step * (1 - 1e-9))
-      break;
-    rc = plan_at(cfg, it, limits, m, k0, &w, &cur);
-    if (rc < 0) {
-      if (rc == PK_ENOMEM)
-        pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", n);
-      else if (rc == PK_ECANCELED)
-        pk_fail(err, errlen, rc, "planning stopped by the caller");
-      goto done;
-    }
-    if (rc == 0) {
-      double step = dcp_state_step(&cur);
-      if (step < best_step) {
-        best_step = step;
-        dcp_state_free(&best);
-        best = cur;
-        memset(&cur, 0, sizeof cur);
-      }
-    }
+    by[i] = i;
+  }
+  cost_arg_t carg = {.cfg = cfg, .it = it, .k0 = k0};
+  pk_merge_sort_u32(by, w.tmp, n, costlier, &carg);
+  /* Shelf plans: every sequence at its cheapest size, then spread with the
+   * level of the slot count the first plan used. */
+  uint32_t m_shelf = dcp_slots_lower_bound(cfg, it);
+  for (uint32_t policy = 0; policy < DCP_SIZE_POLICIES; policy++) {
+    rc = plan_shelf(cfg, it, limits, m_shelf, policy, k0, by, &w, &cur);
+    if (rc != 0)
+      goto fail;
+    if (policy == DCP_SIZES_CHEAPEST)
+      m_shelf = cur.m;
+    keep_better(&best, &cur, &best_step);
     dcp_state_free(&cur);
-    if (best.g != NULL)
-      extra++;
+  }
+  /* Class plans at counts from the bound up, on batches small enough for
+   * their quadratic packing. */
+  /* Counts that do not pack are skipped in growing steps (1, 2, 4, ...):
+   * near the bound a class packing often misses by a few slots, and each
+   * miss costs a packing. */
+  uint32_t m = dcp_slots_lower_bound(cfg, it), extra = 0, step = 1;
+  for (; n <= DCP_CLASS_MAX_N && m <= n && extra <= DCP_EXTRA_COUNTS; m += step) {
+    if (dcp_step_lower_bound(cfg, it, m) >= best_step * (1 - 1e-9))
+      break;
+    bool packed = false;
+    for (uint32_t policy = 0; policy < DCP_SIZE_POLICIES; policy++) {
+      rc = plan_at(cfg, it, limits, m, policy, k0, by, &w, &cur);
+      if (rc < 0)
+        goto fail;
+      if (rc == 0) {
+        packed = true;
+        keep_better(&best, &cur, &best_step);
+      }
+      dcp_state_free(&cur);
+    }
+    extra += packed;
+    step = packed || step >= n ? 1 : 2 * step;
     rc = 0;
   }
   if (best.g == NULL) {
     rc = pk_fail(err, errlen, PK_EINTERNAL, "dynamic CP: no slot count up to %u packs", n);
     goto done;
   }
+  /* Levelling, on the winner only (it is the costliest stage). */
+  rc = dcp_level(&best);
+  if (rc != 0)
+    goto fail;
   rc = dcp_state_export(&best, out);
   if (rc != 0)
     pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", n);
+  goto done;
+fail:
+  if (rc == PK_ENOMEM)
+    pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", n);
+  else if (rc == PK_ECANCELED)
+    pk_fail(err, errlen, rc, "planning stopped by the caller");
+  else
+    pk_fail(err, errlen, rc, "dynamic CP: internal error %d", rc);
 done:
   dcp_state_free(&best);
   dcp_state_free(&cur);
   free(k0);
+  free(by);
   scratch_free(&w);
   return rc;
 }

@@ -14,7 +14,10 @@
 
 #define DCP_LEVEL_EPS 1e-9
 #define DCP_LEVEL_PASSES 16u
-/* Candidate (sequence, group) pairs looked at per plan: about 10 ms. */
+/* Candidate (sequence, group) pairs looked at per plan: DCP_LEVEL_PER_SEQ
+ * per sequence, at most DCP_LEVEL_BUDGET (about 3 ms at 64 GPUs and 4096
+ * sequences, 10 ms in all). */
+#define DCP_LEVEL_PER_SEQ 64u
 #define DCP_LEVEL_BUDGET 4000000u
 
 typedef struct lv {
@@ -25,7 +28,7 @@ typedef struct lv {
    * back at the head of its list, so lists are never walked while
    * changing. */
   uint32_t *mem_g, *mem_h;
-  uint64_t work;
+  uint64_t work, budget;
   uint32_t tick;
 } lv_t;
 
@@ -125,7 +128,7 @@ static bool improve(lv_t *v, uint32_t j) {
       if (fmax(s->g[g].load - u, second) >= s->smax[j])
         continue;
       for (uint32_t h = 0; h < s->ng; h++) {
-        if (v->work++ > DCP_LEVEL_BUDGET)
+        if (v->work++ > v->budget)
           return false;
         if (h == g)
           continue;
@@ -151,7 +154,7 @@ static bool improve(lv_t *v, uint32_t j) {
       uint32_t nh = members(s, h, v->mem_h);
       for (uint32_t y = 0; y < nh; y++) {
         uint32_t i2 = v->mem_h[y];
-        if (v->work++ > DCP_LEVEL_BUDGET)
+        if (v->work++ > v->budget)
           return false;
         if (dcp_item_cost(cfg, it, i2, kg) >= u)
           continue;
@@ -169,6 +172,7 @@ static bool improve(lv_t *v, uint32_t j) {
 
 int dcp_level(dcp_state_t *s) {
   lv_t v = {.s = s};
+  v.budget = PK_MIN((uint64_t)DCP_LEVEL_PER_SEQ * s->it->n, DCP_LEVEL_BUDGET);
   v.start = pk_calloc((size_t)s->m + 1, sizeof *v.start);
   v.sg = pk_malloc_array(s->ng + 1, sizeof *v.sg);
   v.mem_g = pk_malloc_array(s->it->n, sizeof *v.mem_g);
@@ -188,10 +192,10 @@ int dcp_level(dcp_state_t *s) {
     v.start[j] = v.start[j - 1];
   v.start[0] = 0;
   dcp_state_step(s);
-  for (uint32_t pass = 0; pass < DCP_LEVEL_PASSES && v.work <= DCP_LEVEL_BUDGET; pass++) {
+  for (uint32_t pass = 0; pass < DCP_LEVEL_PASSES && v.work <= v.budget; pass++) {
     bool any = false;
     for (uint32_t j = 0; j < s->m; j++) {
-      while (v.work <= DCP_LEVEL_BUDGET && improve(&v, j)) {
+      while (v.work <= v.budget && improve(&v, j)) {
         any = true;
         if (++v.tick % 64 == 0 && pk_limits_stopped(s->limits)) {
           rc = PK_ECANCELED;

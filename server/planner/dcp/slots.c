@@ -35,9 +35,8 @@ static bool place_before(const void *arg, uint32_t x, uint32_t y) {
  * aligned), the state then unchanged but for firsts. */
 static bool retile(dcp_state_t *s, uint32_t j, uint32_t *buf, uint32_t *tmp) {
   uint32_t cnt = 0;
-  for (uint32_t q = 0; q < s->ng; q++)
-    if (s->g[q].slot == j)
-      buf[cnt++] = q;
+  for (uint32_t q = s->shead[j]; q != UINT32_MAX; q = s->g[q].snext)
+    buf[cnt++] = q;
   pk_merge_sort_u32(buf, tmp, cnt, place_before, s);
   uint32_t pos = 0;
   double mx = 0;
@@ -64,7 +63,7 @@ static uint32_t split(dcp_state_t *s, uint32_t q, uint32_t j, uint32_t *mem) {
   uint32_t h = dcp_state_new_group(s, s->g[q].k);
   if (h == UINT32_MAX)
     return UINT32_MAX;
-  s->g[h].slot = j;
+  dcp_state_set_slot(s, h, j);
   const dcp_cfg_t *cfg = s->cfg;
   const dcp_items_t *it = s->it;
   uint32_t k = s->g[q].k;
@@ -93,9 +92,8 @@ static int fill_step(dcp_state_t *s, uint32_t j, uint32_t *buf, uint32_t *tmp, u
   uint32_t free_gpus = cfg->pool - s->used[j];
   /* Candidates of slot j, costliest first. */
   uint32_t cnt = 0;
-  for (uint32_t q = 0; q < s->ng; q++)
-    if (s->g[q].slot == j)
-      buf[cnt++] = q;
+  for (uint32_t q = s->shead[j]; q != UINT32_MAX; q = s->g[q].snext)
+    buf[cnt++] = q;
   for (uint32_t r = 0; r < cnt; r++) {
     uint32_t best = r;
     for (uint32_t t = r + 1; t < cnt; t++)
@@ -116,6 +114,7 @@ static int fill_step(dcp_state_t *s, uint32_t j, uint32_t *buf, uint32_t *tmp, u
         dcp_state_remove(s, i);
         dcp_state_add(s, q, i);
       }
+      s->shead[j] = s->g[h].snext; /* The new group heads slot j's list. */
       s->ng--;
       retile(s, j, buf, tmp);
       return 0;
@@ -159,7 +158,7 @@ static int seed_empty(dcp_state_t *s, uint32_t j, uint32_t *buf, uint32_t *tmp, 
       return PK_ENOMEM;
   } else {
     from = s->g[alone].slot;
-    s->g[alone].slot = j;
+    dcp_state_set_slot(s, alone, j);
   }
   if (!retile(s, j, buf, tmp) || !retile(s, from, buf, tmp))
     return PK_EINTERNAL;
@@ -202,11 +201,35 @@ int dcp_place(dcp_state_t *s) {
       rc = 1;
       goto done;
     }
-    g->slot = best;
+    dcp_state_set_slot(s, buf[r], best);
     g->first = s->used[best];
     s->used[best] += c;
     s->smax[best] = fmax(s->smax[best], g->load);
   }
+  rc = dcp_fill(s);
+done:
+  free(buf);
+  free(tmp);
+  free(mem);
+  return rc;
+}
+
+int dcp_fill(dcp_state_t *s) {
+  const dcp_cfg_t *cfg = s->cfg;
+  uint32_t n = s->it->n;
+  uint32_t *buf = pk_malloc_array((size_t)2 * n + 1, sizeof *buf);
+  uint32_t *tmp = pk_malloc_array((size_t)2 * n + 1, sizeof *tmp);
+  uint32_t *mem = pk_malloc_array(n, sizeof *mem);
+  int rc = 0;
+  if (buf == NULL || tmp == NULL || mem == NULL) {
+    rc = PK_ENOMEM;
+    goto done;
+  }
+  for (uint32_t j = 0; j < s->m; j++)
+    if (!retile(s, j, buf, tmp)) {
+      rc = PK_EINTERNAL;
+      goto done;
+    }
   /* Empty slots first: seeding one takes GPUs from another slot, which the
    * filling below gives work again. */
   for (uint32_t j = 0; j < s->m; j++) {

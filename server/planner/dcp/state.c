@@ -13,6 +13,7 @@ int dcp_state_init(dcp_state_t *s, const dcp_cfg_t *cfg, const dcp_items_t *it,
   s->nxt = pk_malloc_array(n, sizeof *s->nxt);
   s->prv = pk_malloc_array(n, sizeof *s->prv);
   s->used = pk_calloc(m, sizeof *s->used);
+  s->shead = pk_malloc_array(m, sizeof *s->shead);
   s->smax = pk_calloc(m, sizeof *s->smax);
   s->cap_g = 64;
   s->g = pk_malloc_array(s->cap_g, sizeof *s->g);
@@ -23,6 +24,8 @@ int dcp_state_init(dcp_state_t *s, const dcp_cfg_t *cfg, const dcp_items_t *it,
   }
   for (uint32_t i = 0; i < n; i++)
     s->group[i] = UINT32_MAX;
+  for (uint32_t j = 0; j < m; j++)
+    s->shead[j] = UINT32_MAX;
   return 0;
 }
 
@@ -31,6 +34,7 @@ void dcp_state_free(dcp_state_t *s) {
   free(s->nxt);
   free(s->prv);
   free(s->used);
+  free(s->shead);
   free(s->smax);
   free(s->g);
   memset(s, 0, sizeof *s);
@@ -49,7 +53,8 @@ uint32_t dcp_state_new_group(dcp_state_t *s, uint32_t k) {
                             .load = dcp_group_base(s->cfg, s->cfg->size[k]),
                             .slot = UINT32_MAX,
                             .first = UINT32_MAX,
-                            .head = UINT32_MAX};
+                            .head = UINT32_MAX,
+                            .snext = UINT32_MAX};
   return s->ng++;
 }
 
@@ -64,6 +69,19 @@ void dcp_state_add(dcp_state_t *s, uint32_t grp, uint32_t i) {
   if (g->head != UINT32_MAX)
     s->prv[g->head] = i;
   g->head = i;
+}
+
+void dcp_state_set_slot(dcp_state_t *s, uint32_t grp, uint32_t j) {
+  dcp_grp_t *g = &s->g[grp];
+  if (g->slot != UINT32_MAX) {
+    uint32_t *at = &s->shead[g->slot];
+    while (*at != grp)
+      at = &s->g[*at].snext;
+    *at = g->snext;
+  }
+  g->slot = j;
+  g->snext = s->shead[j];
+  s->shead[j] = grp;
 }
 
 void dcp_state_remove(dcp_state_t *s, uint32_t i) {

@@ -17,7 +17,8 @@ typedef struct dcp_grp {
   uint64_t sum;   /* Aligned tokens at size[k]. */
   double load;    /* Per GPU. */
   uint32_t slot, first;
-  uint32_t head; /* First member, UINT32_MAX when empty. */
+  uint32_t head;  /* First member, UINT32_MAX when empty. */
+  uint32_t snext; /* Next group of the same slot, UINT32_MAX at the end. */
 } dcp_grp_t;
 
 typedef struct dcp_state {
@@ -29,8 +30,9 @@ typedef struct dcp_state {
   uint32_t *nxt, *prv; /* n: member lists (doubly linked, UINT32_MAX ends). */
   dcp_grp_t *g;
   uint32_t ng, cap_g;
-  uint32_t *used; /* m: GPUs of each slot in groups. */
-  double *smax;   /* m: each slot's costliest group. */
+  uint32_t *shead; /* m: first group of each slot (a list through snext). */
+  uint32_t *used;  /* m: GPUs of each slot in groups. */
+  double *smax;    /* m: each slot's costliest group. */
 } dcp_state_t;
 
 int dcp_state_init(dcp_state_t *s, const dcp_cfg_t *cfg, const dcp_items_t *it,
@@ -39,6 +41,8 @@ void dcp_state_free(dcp_state_t *s);
 /* A new empty group of size index k; UINT32_MAX when out of memory. */
 uint32_t dcp_state_new_group(dcp_state_t *s, uint32_t k);
 void dcp_state_add(dcp_state_t *s, uint32_t grp, uint32_t i);
+/* Puts group grp into slot j (taking it out of its slot, if any). */
+void dcp_state_set_slot(dcp_state_t *s, uint32_t grp, uint32_t j);
 void dcp_state_remove(dcp_state_t *s, uint32_t i);
 /* Changes a group's size index and recomputes its totals. */
 void dcp_state_resize(dcp_state_t *s, uint32_t grp, uint32_t k);
@@ -49,6 +53,16 @@ double dcp_state_step(dcp_state_t *s);
 /* Copies the state into an assignment (out initialised by the caller). */
 int dcp_state_export(const dcp_state_t *s, dcp_assign_t *out);
 
+/* shelf.c: the groups and slots of one size policy (auto.c), packed as
+ * shelves: sequences costliest first; the open slot's height is its first
+ * sequence's group cost; a sequence opens a group of its size while the
+ * slot has free GPUs, else joins the least loaded group of its size that
+ * stays under the height and the cap, else opens the next slot. Sets s->m.
+ * Returns 0 or PK_ENOMEM. */
+int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order);
+/* slots.c: gives every slot's free GPUs work (see dcp_place). Returns 0 or
+ * a negative code. */
+int dcp_fill(dcp_state_t *s);
 /* slots.c: places the groups into s->m slots as aligned blocks (largest
  * size first, each to the slot whose costliest group it fits under best),
  * then gives every slot's free GPUs work by splitting or growing its

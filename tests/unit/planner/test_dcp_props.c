@@ -117,14 +117,16 @@ static void test_no_idle_gpu(void **state) {
   }
 }
 
-/* The slot count is the bound's whenever the bound's count packs under
- * AUTO's rules on simple batches: equal sequences that exactly fill. */
+/* Equal sequences that exactly fill the pool at the bound's count, with a
+ * per-micro-batch cost that makes every extra slot cost: the plan is at
+ * both bounds. */
 static void test_count_at_bound(void **state) {
   (void)state;
   uint32_t lengths[64];
   for (uint32_t i = 0; i < 64; i++)
     lengths[i] = 4096;
   pk_dcp_request_t req = {.lengths = lengths, .n = 64, .dp = 8, .cp = 1, .max_tokens = 8192};
+  req.cost.base.per_micro_batch = 100;
   pk_dcp_stats_t st;
   assert_int_equal(plan_and_check(&req, &st), 0);
   assert_int_equal(st.slots, 4);
