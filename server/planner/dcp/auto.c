@@ -402,6 +402,70 @@ static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
   return rc;
 }
 
+/* A fixed-CP plan as a candidate: the planner's own fixed-CP AUTO (pk_plan)
+ * with every sequence at one size c (the smallest allowed size that takes
+ * every sequence and divides the pool), dp = pool / c ranks, and its cost
+ * model set so that it optimises the dynamic cost at c (every term x c:
+ * linear + cp_token (c - 1), quadratic, per_sequence c, (per_micro_batch +
+ * cp_group (c - 1)) c). Micro-batch j of rank r is the group of slot j at
+ * GPU r c. Dynamic plans are then never worse than fixed CP at that size.
+ * Returns 0, 1 when no such size exists or the fixed planner refuses, or a
+ * negative code. */
+static int plan_fixed(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                      dcp_state_t *s) {
+  uint32_t n = it->n, kf = 0;
+  for (uint32_t i = 0; i < n; i++)
+    kf = PK_MAX(kf, it->kmin[i]);
+  while (kf < cfg->nsize && cfg->pool % cfg->size[kf] != 0)
+    kf++;
+  if (kf == cfg->nsize)
+    return 1;
+  uint32_t c = cfg->size[kf];
+  pk_request_t req = {.lengths = it->len, .n = n};
+  req.parallel.dp = cfg->pool / c;
+  req.parallel.cp = c;
+  req.parallel.tp = cfg->tp;
+  req.parallel.cp_algo = cfg->cp_algo;
+  req.parallel.sequence_parallel = cfg->sp;
+  req.batching.max_tokens = cfg->cap;
+  req.batching.max_seqs = cfg->max_seqs == UINT32_MAX ? 0 : cfg->max_seqs;
+  req.cost.linear = cfg->base.lin + cfg->cp_token * (c - 1);
+  req.cost.quadratic = cfg->base.quad;
+  req.cost.per_sequence = cfg->base.seq * c;
+  req.cost.per_micro_batch = (cfg->base.micro + cfg->cp_group * (c - 1)) * c;
+  pk_limits_t lim = {0};
+  if (limits != NULL) {
+    lim.should_stop = limits->should_stop;
+    lim.stop_arg = limits->stop_arg;
+  }
+  pk_plan_t *plan = NULL;
+  int rc = pk_plan_limited(&req, &lim, &plan, NULL, 0);
+  if (rc == PK_ECANCELED || rc == PK_ENOMEM)
+    return rc;
+  if (rc != 0)
+    return 1;
+  uint32_t m = pk_plan_cell(plan, 0, 0)->nmicros;
+  rc = dcp_state_init(s, cfg, it, limits, m);
+  for (uint32_t r = 0; r < req.parallel.dp && rc == 0; r++) {
+    const pk_cell_t *cell = pk_plan_cell(plan, r, 0);
+    for (uint32_t j = 0; j < cell->nmicros && rc == 0; j++) {
+      uint32_t q = dcp_state_new_group(s, kf);
+      if (q == UINT32_MAX) {
+        rc = PK_ENOMEM;
+        break;
+      }
+      dcp_state_set_slot(s, q, j);
+      s->g[q].first = r * c;
+      for (uint32_t x = 0; x < cell->micros[j].nseqs; x++)
+        dcp_state_add(s, q, cell->micros[j].seqs[x]);
+    }
+  }
+  pk_plan_free(plan);
+  if (rc == 0)
+    rc = dcp_fill(s);
+  return rc;
+}
+
 /* Keeps cur when its step is below *best_step (cur is emptied then). */
 static void keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) {
   double step = dcp_state_step(cur);
@@ -456,6 +520,12 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     keep_better(&best, &cur, &best_step);
     dcp_state_free(&cur);
   }
+  rc = plan_fixed(cfg, it, limits, &cur);
+  if (rc < 0)
+    goto fail;
+  if (rc == 0)
+    keep_better(&best, &cur, &best_step);
+  dcp_state_free(&cur);
   /* Class plans at counts from the bound up, on batches small enough for
    * their quadratic packing. */
   /* Counts that do not pack are skipped in growing steps (1, 2, 4, ...):
