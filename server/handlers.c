@@ -10,6 +10,7 @@
 
 #include "clock.h"
 #include "codec.h"
+#include "codec_dcp.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "packd/v1/packd.pb-c.h"
 #include "pk_planner.h"
@@ -48,6 +49,11 @@ void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
   if (reply->plan_id[0] == '\0') {
     pk_codec_free_request(msg);
     pk_reply_error(reply, PK_GRPC_INTERNAL, "plan_id: the keyed id could not be computed");
+    return;
+  }
+  if (pk_codec_is_dcp(msg)) {
+    pk_handle_plan_dcp(env, msg, reply);
+    pk_codec_free_request(msg);
     return;
   }
 

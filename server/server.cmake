@@ -49,6 +49,7 @@ add_library(packd_service STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c
   ${CMAKE_CURRENT_SOURCE_DIR}/http.c
   ${CMAKE_CURRENT_SOURCE_DIR}/handlers.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/handlers_dcp.c
   ${CMAKE_CURRENT_SOURCE_DIR}/work_queue.c
   ${CMAKE_CURRENT_SOURCE_DIR}/call_stop.c
   ${CMAKE_CURRENT_SOURCE_DIR}/grpc_server.c
