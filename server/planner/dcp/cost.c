@@ -15,7 +15,99 @@
  * least slot count holds for every plan. */
 #include <math.h>
 
+#include <stdlib.h>
+
 #include "dcp.h"
+
+/* Sequences whose sizes the threshold bound looks at, longest first; the
+ * rest count at their cheapest pool work. */
+#define DCP_BOUND_TOP 64u
+
+static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t *tokens,
+                  double *work);
+
+/* The threshold bound. Every sequence i runs at some size c where it costs
+ * h_c(i) per GPU alone (group terms included) and w_c(i) of pool work; the
+ * step is at least the largest h (the slot holding it costs that much) and
+ * at least the pool work over the pool. For any plan let T be its largest
+ * h: then every sequence used a size with h_c(i) <= T, so the pool work is
+ * at least the sum of the least w_c(i) over those sizes, and the step is at
+ * least max(T, that work / pool) (plus the slots' per_micro_batch). The
+ * least of this over every T a plan can have is a bound; T ranges over the
+ * h values of the longest sequences, the others counting at their cheapest
+ * work whatever T is (which only lowers the bound). Spreading a long
+ * sequence lowers h but adds CP work; this bound charges that trade-off,
+ * which the work and single-sequence bounds each miss. */
+static double dcp_threshold_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots,
+                                  double work) {
+  uint32_t top = PK_MIN(it->n, DCP_BOUND_TOP);
+  uint32_t ns = cfg->sizes == PK_DCP_SIZES_ANY ? PK_MIN(cfg->nsize, 64u) : cfg->nsize;
+  uint32_t *idx = malloc((size_t)top * sizeof *idx);
+  double *cheap = malloc((size_t)top * sizeof *cheap);
+  double *cand = malloc((size_t)top * ns * sizeof *cand);
+  double best = 0;
+  if (idx == NULL || cheap == NULL || cand == NULL)
+    goto done;
+  /* The `top` longest sequences (a partial selection, O(n x top)). */
+  uint32_t got = 0;
+  for (uint32_t i = 0; i < it->n; i++) {
+    uint32_t at = got < top ? got++ : top;
+    if (at == top && it->len[i] <= it->len[idx[top - 1]])
+      continue;
+    if (at == top)
+      at = top - 1;
+    while (at > 0 && it->len[idx[at - 1]] < it->len[i]) {
+      idx[at] = idx[at - 1];
+      at--;
+    }
+    idx[at] = i;
+  }
+  uint32_t nc = 0;
+  for (uint32_t x = 0; x < top; x++) {
+    uint64_t t;
+    least(cfg, it, idx[x], &t, &cheap[x]);
+    for (uint32_t k = it->kmin[idx[x]]; k < cfg->nsize && k < it->kmin[idx[x]] + ns; k++)
+      cand[nc++] = dcp_group_base(cfg, cfg->size[k]) + dcp_item_cost(cfg, it, idx[x], k);
+  }
+  best = INFINITY;
+  for (uint32_t q = 0; q < nc; q++) {
+    double t_max = cand[q], extra = 0;
+    bool feasible = true;
+    for (uint32_t x = 0; x < top && feasible; x++) {
+      uint32_t i = idx[x];
+      double least_w = INFINITY;
+      /* With any-size groups only the first sizes from kmin are looked
+       * at: the others count as free of extra work, a weaker bound. */
+      uint32_t end = PK_MIN(cfg->nsize, it->kmin[i] + ns);
+      for (uint32_t k = it->kmin[i]; k < cfg->nsize; k++) {
+        double h = dcp_group_base(cfg, cfg->size[k]) + dcp_item_cost(cfg, it, i, k);
+        if (h > t_max)
+          continue;
+        if (k >= end) {
+          least_w = cheap[x];
+          break;
+        }
+        least_w = fmin(least_w, cfg->size[k] * dcp_item_cost(cfg, it, i, k));
+      }
+      if (least_w == INFINITY)
+        feasible = false;
+      else
+        extra += fmax(least_w - cheap[x], 0);
+    }
+    if (!feasible)
+      continue;
+    double b = fmax(t_max + (slots - 1) * cfg->base.micro,
+                    slots * cfg->base.micro + (work + extra) / cfg->pool);
+    best = fmin(best, b);
+  }
+  if (best == INFINITY)
+    best = 0;
+done:
+  free(idx);
+  free(cheap);
+  free(cand);
+  return best;
+}
 
 /* The least aligned length and pool work of sequence i over the sizes it
  * may use. With any-size groups the scan over every size would be n x pool,
@@ -69,13 +161,14 @@ double dcp_step_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_
     if (it->len[i] > it->len[longest])
       longest = i;
   }
-  double by_work = slots * cfg->base.micro + work / cfg->pool;
+  double micro = cfg->base.micro;
+  double by_work = slots * micro + work / cfg->pool;
   /* A sequence's per-GPU cost at every size grows with its length, and a
    * longer sequence may use no more sizes than a shorter one, so the
    * longest sequence is the costliest alone. */
   double alone = INFINITY;
   for (uint32_t k = it->kmin[longest]; k < cfg->nsize; k++)
     alone = fmin(alone, dcp_group_base(cfg, cfg->size[k]) + dcp_item_cost(cfg, it, longest, k));
-  double by_one = alone + (slots - 1) * cfg->base.micro;
-  return fmax(by_work, by_one);
+  double by_one = alone + (slots - 1) * micro;
+  return fmax(fmax(by_work, by_one), dcp_threshold_bound(cfg, it, slots, work));
 }
