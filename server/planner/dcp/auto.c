@@ -38,7 +38,7 @@ enum { DCP_SIZES_CHEAPEST = 0, DCP_SIZES_SPREAD = 1, DCP_SIZE_POLICIES = 2 };
 #define DCP_EXTRA_COUNTS 3u
 /* The class plans pack with scans over all groups: batches up to this many
  * sequences only (the shelf plans cover every batch). */
-#define DCP_CLASS_MAX_N 4096u
+#define DCP_CLASS_MAX_N 1024u
 
 typedef struct sort_arg {
   const uint32_t *k;
@@ -93,19 +93,12 @@ static uint32_t cheapest(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i
   return best;
 }
 
-typedef struct cost_arg {
-  const dcp_cfg_t *cfg;
-  const dcp_items_t *it;
-  const uint32_t *k0;
-} cost_arg_t;
-
-/* Costliest first at the cheapest sizes, ties by index. */
+/* Costliest first at the cheapest sizes (arg: the n costs there), ties by
+ * index. */
 static bool costlier(const void *arg, uint32_t x, uint32_t y) {
-  const cost_arg_t *a = arg;
-  double cx = dcp_item_cost(a->cfg, a->it, x, a->k0[x]);
-  double cy = dcp_item_cost(a->cfg, a->it, y, a->k0[y]);
-  if (cx != cy)
-    return cx > cy;
+  const double *cost = arg;
+  if (cost[x] != cost[y])
+    return cost[x] > cost[y];
   return x < y;
 }
 
@@ -366,18 +359,12 @@ static int plan_at(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_
   return 0;
 }
 
-typedef struct head_arg {
-  const dcp_cfg_t *cfg;
-  const scratch_t *w;
-} head_arg_t;
-
-/* Group cost of a sequence alone at its chosen size, costliest first. */
+/* Group cost of a sequence alone at its chosen size (arg: the n heights),
+ * costliest first, ties by index. */
 static bool taller(const void *arg, uint32_t x, uint32_t y) {
-  const head_arg_t *a = arg;
-  double hx = a->w->cost[x] + dcp_group_base(a->cfg, a->cfg->size[a->w->k[x]]);
-  double hy = a->w->cost[y] + dcp_group_base(a->cfg, a->cfg->size[a->w->k[y]]);
-  if (hx != hy)
-    return hx > hy;
+  const double *h = arg;
+  if (h[x] != h[y])
+    return h[x] > h[y];
   return x < y;
 }
 
@@ -388,10 +375,15 @@ static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
                       scratch_t *w, dcp_state_t *s) {
   uint32_t n = it->n;
   choose_sizes(cfg, it, m, policy, k0, by, w);
-  head_arg_t arg = {.cfg = cfg, .w = w};
-  for (uint32_t i = 0; i < n; i++)
+  double *h = (double *)malloc((size_t)n * sizeof *h);
+  if (h == NULL)
+    return PK_ENOMEM;
+  for (uint32_t i = 0; i < n; i++) {
     w->order[i] = i;
-  pk_merge_sort_u32(w->order, w->tmp, n, taller, &arg);
+    h[i] = w->cost[i] + dcp_group_base(cfg, cfg->size[w->k[i]]);
+  }
+  pk_merge_sort_u32(w->order, w->tmp, n, taller, h);
+  free(h);
   int rc = dcp_state_init(s, cfg, it, limits, n);
   if (rc == 0)
     rc = dcp_shelf(s, w->k, w->order);
@@ -506,8 +498,9 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     k0[i] = cheapest(cfg, it, i);
     by[i] = i;
   }
-  cost_arg_t carg = {.cfg = cfg, .it = it, .k0 = k0};
-  pk_merge_sort_u32(by, w.tmp, n, costlier, &carg);
+  for (uint32_t i = 0; i < n; i++)
+    w.cost[i] = dcp_item_cost(cfg, it, i, k0[i]);
+  pk_merge_sort_u32(by, w.tmp, n, costlier, w.cost);
   /* Shelf plans: every sequence at its cheapest size, then spread with the
    * level of the slot count the first plan used. */
   uint32_t m_shelf = dcp_slots_lower_bound(cfg, it);

@@ -21,7 +21,7 @@
 
 /* Sequences whose sizes the threshold bound looks at, longest first; the
  * rest count at their cheapest pool work. */
-#define DCP_BOUND_TOP 64u
+#define DCP_BOUND_TOP 16u
 
 static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t *tokens,
                   double *work);

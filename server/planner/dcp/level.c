@@ -17,7 +17,7 @@
 /* Candidate (sequence, group) pairs looked at per plan: DCP_LEVEL_PER_SEQ
  * per sequence, at most DCP_LEVEL_BUDGET (about 3 ms at 64 GPUs and 4096
  * sequences, 10 ms in all). */
-#define DCP_LEVEL_PER_SEQ 64u
+#define DCP_LEVEL_PER_SEQ 16u
 #define DCP_LEVEL_BUDGET 4000000u
 
 typedef struct lv {
