@@ -220,6 +220,11 @@ def main():
                     worst["fixed_lt"] = max(worst["fixed_lt"], vs_f)
                 if kept:
                     worst["mc_kept"] = max(worst["mc_kept"], float(vs_m.split()[0]))
+                for x, y in zip(r, m):
+                    if y["cap_violations"] == 0:
+                        worst["kept"] = worst.get("kept", 0) + 1
+                        worst["same"] = worst.get("same", 0) + (
+                            abs(x["step"] - y["step"]) <= 1e-9 * y["step"])
                 if vs_all is not None:
                     worst["mc_all"] = max(worst.get("mc_all", 0), vs_all)
     print()
@@ -228,6 +233,8 @@ def main():
           f"{worst['fixed_lt']:.3f}; worst dyn / Megatron where it keeps the cap: "
           f"{worst['mc_kept']:.3f}; worst dyn / Megatron on all batches (it over the cap): "
           f"{worst.get('mc_all', 0):.3f}")
+    print(f"the reproduction's step equals Megatron-Core's on {worst.get('same', 0)} of the "
+          f"{worst.get('kept', 0)} batches where Megatron-Core keeps the cap")
     # Plan time at the sizes, on long-tail batches under the cp cost.
     for pool, n in ([(64, 4096)] if quick else [(64, 4096), (256, 65536)]):
         rng = random.Random(f"time/{pool}/{n}")
