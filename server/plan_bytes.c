@@ -18,6 +18,26 @@
 
 #include "codec.h"
 #include "codec_check.h"
+#include "codec_dcp.h"
+
+/* The dynamic-CP branch: the same steps with pk_dcp_plan and its encoder. */
+static int plan_dcp(const Packd__V1__PlanRequest *msg, const char *id, const pk_limits_t *limits,
+                    uint8_t **resp, size_t *resp_len, char *err, size_t errlen) {
+  pk_dcp_request_t r;
+  pk_dcp_plan_t *plan = NULL;
+  int rc = pk_codec_dcp_request(msg, &r, err, errlen);
+  PK_CODEC_CHECK(rc == PK_OK, rc);
+  rc = pk_dcp_plan(&r, limits, &plan, err, errlen);
+  PK_CODEC_CHECK(rc == PK_OK, rc);
+  rc = pk_codec_pack_dcp_plan(plan, &r, id, INT64_MAX, resp, resp_len);
+  if (rc != PK_OK)
+    pk_codec_msg(err, errlen,
+                 rc == PK_ENOMEM ? "response: out of memory while encoding the plan"
+                                 : "response: internal error while encoding the plan");
+done:
+  pk_dcp_plan_free(plan);
+  return rc;
+}
 
 int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *resp_len, char *err,
                   size_t errlen) {
@@ -38,6 +58,10 @@ int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *re
   /* The server's default limits: the embedded mode refuses what it would. */
   const pk_limits_t limits = {.max_sequences = PK_DEFAULT_MAX_SEQUENCES,
                               .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES};
+  if (pk_codec_is_dcp(msg)) {
+    rc = plan_dcp(msg, id, &limits, resp, resp_len, err, errlen);
+    goto done;
+  }
   rc = pk_plan_limited(&r, &limits, &plan, err, errlen);
   PK_CODEC_CHECK(rc == PK_OK, rc);
   rc = pk_codec_pack_plan(plan, id, INT64_MAX, &packed);

@@ -165,3 +165,22 @@ def test_fixed_cp_plans_unchanged(planner):
     req = h.plan_request([100, 200, 3000, 50], dp=2, max_tokens=4096)
     resp = planner.Plan(req, timeout=10)
     assert len(resp.ranks) == 2 and not resp.HasField("dynamic_cp")
+
+
+def test_embedded_library_plans_the_same(planner):
+    """libpackd.so (Client.local, packctl --local) routes dynamic CP to the
+    same planner and encoder as the server: byte-identical answers but for
+    the plan time."""
+    import sys
+    sys.path.insert(0, str(h.REPO / "client" / "python"))
+    from packd import _embedded
+
+    lib = _embedded.Library(_embedded.find_library(h.BUILD / "server" / "libpackd.so"))
+    rng = random.Random(3)
+    lengths = [rng.randint(100, 30000) for _ in range(200)]
+    req = dcp_request(lengths, dp=4, cp=4, cap=8192, cp_token=0.25)
+    local = pb.PlanResponse.FromString(lib.plan_bytes(req.SerializeToString()))
+    remote = planner.Plan(req, timeout=30)
+    check(local, req)
+    local.dynamic_cp.plan_time_us = remote.dynamic_cp.plan_time_us = 0
+    assert local.dynamic_cp == remote.dynamic_cp
