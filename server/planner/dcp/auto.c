@@ -36,8 +36,10 @@ enum { DCP_SIZES_CHEAPEST = 0, DCP_SIZES_SPREAD = 1, DCP_SIZE_POLICIES = 2 };
 /* Counts above the bound tried after the first that packs (each costs a
  * full plan; the bound usually stops the search sooner). */
 #define DCP_EXTRA_COUNTS 3u
-/* The class plans pack with scans over all groups: batches up to this many
- * sequences only (the shelf plans cover every batch). */
+/* The class plans pack with scans over all groups, and the reproduction of
+ * Megatron-Core's scheduler scans the pool for every sequence: batches up to
+ * this many sequences only (the fixed-CP and shelf plans cover every
+ * batch). */
 #define DCP_CLASS_MAX_N 1024u
 
 typedef struct sort_arg {
@@ -458,10 +460,50 @@ static int plan_fixed(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
   return rc;
 }
 
-/* Keeps cur when its step is below *best_step (cur is emptied then). */
+/* Megatron-Core's scheduler, reproduced under the cap (megatron.c), as a
+ * candidate: on the batches where its greedy happens to do well, AUTO is
+ * then at least as good. Returns 0 or a negative code. */
+static int plan_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                         dcp_state_t *s) {
+  dcp_assign_t a;
+  int rc = dcp_assign_init(&a, it->n, 64);
+  if (rc == 0)
+    rc = dcp_megatron(cfg, it, limits, &a, NULL, 0);
+  if (rc == 0)
+    rc = dcp_state_init(s, cfg, it, limits, a.slots);
+  for (uint32_t q = 0; q < a.ngroups && rc == 0; q++) {
+    if (dcp_state_new_group(s, a.gk[q]) != q) {
+      rc = PK_ENOMEM;
+      break;
+    }
+    dcp_state_set_slot(s, q, a.slot[q]);
+    s->g[q].first = a.first[q];
+  }
+  for (uint32_t i = 0; i < it->n && rc == 0; i++)
+    dcp_state_add(s, a.seq_group[i], i);
+  dcp_assign_free(&a);
+  /* The original leaves GPUs idle when no group can double into them; AUTO
+   * gives them work where a group can split or grow. */
+  if (rc == 0)
+    rc = dcp_fill(s);
+  return rc;
+}
+
+/* GPU-slots in no group. */
+static uint64_t idle_of(const dcp_state_t *s) {
+  uint64_t idle = 0;
+  for (uint32_t j = 0; j < s->m; j++)
+    idle += s->cfg->pool - s->used[j];
+  return idle;
+}
+
+/* Keeps cur when it leaves fewer GPUs idle than *best, or as many at a
+ * lower step (cur is emptied then): a plan leaves a GPU idle only when no
+ * candidate could avoid it. */
 static void keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) {
   double step = dcp_state_step(cur);
-  if (step < *best_step) {
+  uint64_t idle = idle_of(cur), best_idle = best->g != NULL ? idle_of(best) : UINT64_MAX;
+  if (idle < best_idle || (idle == best_idle && step < *best_step)) {
     *best_step = step;
     dcp_state_free(best);
     *best = *cur;
@@ -519,6 +561,13 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   if (rc == 0)
     keep_better(&best, &cur, &best_step);
   dcp_state_free(&cur);
+  if (n <= DCP_CLASS_MAX_N) {
+    rc = plan_megatron(cfg, it, limits, &cur);
+    if (rc < 0)
+      goto fail;
+    keep_better(&best, &cur, &best_step);
+    dcp_state_free(&cur);
+  }
   /* Class plans at counts from the bound up, on batches small enough for
    * their quadratic packing. */
   /* Counts that do not pack are skipped in growing steps (1, 2, 4, ...):
