@@ -21,6 +21,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "Client": ("client", "Client"),
     "Plan": ("plan", "Plan"),
+    "DynamicCpPlan": ("dcp", "DynamicCpPlan"),
     "RankPlan": ("plan", "RankPlan"),
     "MicroBatch": ("plan", "MicroBatch"),
     "PlanError": ("errors", "PlanError"),
@@ -37,7 +38,8 @@ _LAZY = {
     "calibrate": ("calibration", "calibrate"),
     "load_manifest": ("manifest", "load_manifest"),
 }
-_SUBMODULES = ("layout", "verl", "roll", "gpu", "errors", "client", "plan", "calibration", "timing", "manifest")
+_SUBMODULES = ("layout", "verl", "roll", "gpu", "errors", "client", "plan", "calibration", "timing", "manifest",
+               "dcp")
 
 __all__ = sorted(_LAZY) + ["layout", "verl", "roll", "timing"]
 

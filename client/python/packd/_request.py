@@ -148,6 +148,28 @@ def cost_fields(cost, fields: dict) -> dict:
     return Cost.coerce(cost).fields()
 
 
+def _dynamic_cp(req, field, value):
+    """parallel.dynamic_cp from ``dynamic_cp=``: False (fixed CP), True (the
+    defaults: power-of-two groups, no minimum, packd's planner) or a mapping
+    of the DynamicCp fields (sizes, min_size, algo; enums by name)."""
+    if isinstance(value, (bool, np.bool_)):
+        if value:
+            req.parallel.dynamic_cp.SetInParent()
+        return
+    if not hasattr(value, "items"):
+        raise InvalidArgument(f"parallel.dynamic_cp: expected True, False or a mapping of sizes, "
+                              f"min_size, algo; got {value!r}")
+    msg = req.parallel.dynamic_cp
+    msg.SetInParent()
+    for k, v in value.items():
+        sf = field.message_type.fields_by_name.get(k)
+        if sf is None:
+            names = ", ".join(f.name for f in field.message_type.fields)
+            raise InvalidArgument(f"parallel.dynamic_cp: unknown field {k!r} (expected one of {names})")
+        path = f"parallel.dynamic_cp.{k}"
+        setattr(msg, k, _scalar(path, sf, v))
+
+
 def build(lengths, loss_tokens=None, groups=None, cost=None, **fields):
     """A PlanRequest from arrays and keyword fields (``cost``: the four Cost
     fields at once, see cost_fields). Unknown keywords raise TypeError like
@@ -166,6 +188,9 @@ def build(lengths, loss_tokens=None, groups=None, cost=None, **fields):
         if name not in fmap:
             raise TypeError(f"plan() got an unexpected keyword argument {name!r}")
         if value is None:
+            continue
+        if name == "dynamic_cp":
+            _dynamic_cp(req, fmap[name][1], value)
             continue
         sub, field = fmap[name]
         path = f"{sub}.{name}" if sub else name

@@ -204,9 +204,15 @@ class Client:
                 raise error_for(code, details) from None
 
     def plan_request(self, request, lengths=None) -> Plan:
-        """Plans a ready packd.v1.PlanRequest message."""
+        """Plans a ready packd.v1.PlanRequest message: a Plan, or a
+        DynamicCpPlan when the request sets parallel.dynamic_cp."""
         resp = self._call(self._transport.plan, request)
-        return Plan(resp, lengths if lengths is not None else request.lengths)
+        lengths = lengths if lengths is not None else request.lengths
+        if resp.HasField("dynamic_cp"):
+            from .dcp import DynamicCpPlan
+
+            return DynamicCpPlan(resp, lengths)
+        return Plan(resp, lengths)
 
     def plan(
         self,
@@ -225,6 +231,7 @@ class Client:
         sequence_parallel: bool = False,
         num_heads: int = 0,
         microbatch_group: int = 0,
+        dynamic_cp=None,
         # Batching.
         mini_batches: int = 0,
         shuffle: bool = False,
@@ -247,6 +254,8 @@ class Client:
         quadratic: float = 0.0,
         per_sequence: float = 0.0,
         per_micro_batch: float = 0.0,
+        cp_token: float = 0.0,
+        cp_group: float = 0.0,
         # Layout.
         align: int = 0,
         pad_multiple: int = 0,
@@ -260,18 +269,22 @@ class Client:
         or numbers. ``cost`` sets linear, quadratic, per_sequence and
         per_micro_batch at once (a packd.Cost, the packd.Calibration of
         packd.calibrate, a packd.v1.Cost or a mapping of its fields).
-        Raises a PlanError subclass (InvalidArgument,
+        ``dynamic_cp`` (True, or a mapping of sizes, min_size and algo)
+        plans dynamic context parallelism over the dp x cp GPUs instead and
+        returns a packd.DynamicCpPlan; ``cp_token`` and ``cp_group`` are its
+        CP cost terms. Raises a PlanError subclass (InvalidArgument,
         FailedPrecondition, ...) carrying the server's message."""
         fields = dict(
             job=job, dp=dp, tp=tp, cp=cp, pp=pp, vpp=vpp, cp_algo=cp_algo,
             sequence_parallel=sequence_parallel, num_heads=num_heads,
-            microbatch_group=microbatch_group, mini_batches=mini_batches, shuffle=shuffle,
+            microbatch_group=microbatch_group, dynamic_cp=dynamic_cp, mini_batches=mini_batches,
+            shuffle=shuffle,
             dp_balance=dp_balance, equal_count=equal_count, mode=mode, max_tokens=max_tokens,
             max_seqs=max_seqs, micro_batch_size=micro_batch_size,
             min_micro_batches=min_micro_batches, round=round, micro_algo=micro_algo, order=order,
             keep_groups=keep_groups, groups_on_rank=groups_on_rank, linear=linear,
             quadratic=quadratic, per_sequence=per_sequence, per_micro_batch=per_micro_batch,
-            align=align,
+            cp_token=cp_token, cp_group=cp_group, align=align,
             pad_multiple=pad_multiple, total_multiple=total_multiple, fixed_shape=fixed_shape,
             seed=seed,
         )
