@@ -104,6 +104,18 @@ static bool costlier(const void *arg, uint32_t x, uint32_t y) {
   return x < y;
 }
 
+/* The size after q when looking for a sequence's size from k: every size
+ * when they are powers of two (at most 18), else the eight after k and then
+ * doublings, so that a pool of any-size groups costs O(log pool) per
+ * sequence, not O(pool). */
+static uint32_t next_size(const dcp_cfg_t *cfg, uint32_t k, uint32_t q) {
+  if (cfg->sizes == PK_DCP_SIZES_POW2 || q < k + 8)
+    return q + 1;
+  uint32_t want = cfg->size[q] > cfg->pool / 2 ? cfg->pool : 2 * cfg->size[q];
+  uint32_t next = dcp_size_index(cfg, want);
+  return next == UINT32_MAX || next <= q ? q + 1 : next;
+}
+
 /* Step 1: sizes for slot count m. A slot costs at least the level (pool
  * work / (m x pool)); a sequence whose per-GPU cost u is above it raises its
  * slot by about u - level, and a larger size lowers u but adds its extra
@@ -126,7 +138,7 @@ static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t
     double u0 = dcp_item_cost(cfg, it, i, k), w0 = cfg->size[k] * u0, c = u0;
     if (policy == DCP_SIZES_SPREAD && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
       double best = u0 + dcp_group_base(cfg, cfg->size[k]) - level, bw = w0;
-      for (uint32_t q = k + 1; q < cfg->nsize; q++) {
+      for (uint32_t q = k + 1; q < cfg->nsize; q = next_size(cfg, k, q)) {
         double uq = dcp_item_cost(cfg, it, i, q), wq = cfg->size[q] * uq;
         double g = fmax(uq + dcp_group_base(cfg, cfg->size[q]) - level, 0) + (wq - w0) / cfg->pool;
         if (g < best) {

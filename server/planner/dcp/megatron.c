@@ -52,6 +52,9 @@ typedef struct meg {
   uint32_t *below;   /* n: the sequence added before it to the same group. */
   uint32_t *seq_gid; /* n: group within the slot. */
   uint32_t ng;
+  uint32_t nfree; /* GPUs of the slot in no group. */
+  const pk_limits_t *limits;
+  uint32_t tick;
 } meg_t;
 
 static uint32_t needed(const meg_t *g, uint32_t i) {
@@ -152,10 +155,7 @@ static uint32_t best_existing(const meg_t *g, uint32_t c, uint32_t i, double *lo
 }
 
 static uint32_t free_count(const meg_t *g) {
-  uint32_t f = 0;
-  for (uint32_t r = 0; r < g->pool; r++)
-    f += g->gpu_gid[r] == UINT32_MAX;
-  return f;
+  return g->nfree;
 }
 
 /* One slot from rem (updated to the leftovers). Writes the slot's groups
@@ -169,6 +169,7 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
     g->gpu_gid[r] = UINT32_MAX;
   }
   g->ng = 0;
+  g->nfree = pool;
   uint32_t nb = buckets(g, rem, *nrem, bstart, seen);
   for (uint32_t b = 0; b < nb; b++)
     bfront[b] = bstart[b];
@@ -176,6 +177,11 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
   uint32_t prev_needed = 0;
   bool check = false;
   for (;;) {
+    /* A slot of a large pool places many sequences, each scanning the
+     * pool's groups: the caller's stop is polled as in the planner's other
+     * long loops. */
+    if (++g->tick % 256 == 0 && pk_limits_stopped(g->limits))
+      return PK_ECANCELED;
     uint32_t pick = UINT32_MAX, pb = 0;
     for (uint32_t b = lead; b < nb && pick == UINT32_MAX; b++) {
       if (bfront[b] == bstart[b + 1])
@@ -209,6 +215,7 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
             g->gpu_gid[r] = q;
             taken++;
           }
+        g->nfree -= c;
       }
     }
     add_to(g, q, pick);
@@ -276,6 +283,7 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
         g->gpu_gid[r] = q;
         taken++;
       }
+    g->nfree -= add;
     g->gsize[q] = c2;
     g->gk[q] = k2;
   }
@@ -312,7 +320,7 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
 int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
                  dcp_assign_t *out, char *err, size_t errlen) {
   uint32_t n = it->n, pool = cfg->pool;
-  meg_t g = {.cfg = cfg, .it = it, .pool = pool};
+  meg_t g = {.cfg = cfg, .it = it, .pool = pool, .limits = limits};
   g.exec = pk_malloc_array(pool, sizeof *g.exec);
   g.gpu_gid = pk_malloc_array(pool, sizeof *g.gpu_gid);
   g.gsize = pk_malloc_array(pool, sizeof *g.gsize);
@@ -357,7 +365,10 @@ int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t 
     }
     rc = one_slot(&g, rem, &nrem, bstart, bfront, seen, left, slot++, out);
     if (rc != 0) {
-      pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", n);
+      pk_fail(err, errlen, rc,
+              rc == PK_ECANCELED ? "planning stopped by the caller"
+                                 : "lengths: out of memory for %u sequences",
+              n);
       goto done;
     }
   }

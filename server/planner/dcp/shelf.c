@@ -24,6 +24,10 @@ int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order) {
   uint32_t slot = UINT32_MAX, nopen = 0, used = 0;
   double height = 0;
   for (uint32_t x = 0; x < n; x++) {
+    if ((x + 1) % 4096 == 0 && pk_limits_stopped(s->limits)) {
+      free(open);
+      return PK_ECANCELED;
+    }
     uint32_t i = order[x], ki = k[i], c = cfg->size[ki];
     double u = dcp_item_cost(cfg, it, i, ki);
     uint32_t grp = UINT32_MAX;
