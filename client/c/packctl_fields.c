@@ -2,7 +2,8 @@
  * getopt_long entries and its help.
  *
  * Invariant: every entry names a scalar field of PlanRequest or of one of
- * its sub-messages; tests/python/test_packctl.py sets every flag and checks
+ * its sub-messages (a dotted path such as parallel.dynamic_cp for nested
+ * ones); tests/python/test_packctl.py sets every flag and checks
  * the field it reaches. */
 #include "packctl_fields.h"
 
@@ -50,6 +51,14 @@ const packctl_field_flag_t packctl_field_flags[] = {
     {"pad-multiple", "layout", "pad_multiple", "N", "extra multiple combined with A by lcm"},
     {"total-multiple", "layout", "total_multiple", "N", "packed total multiple per micro-batch"},
     {"fixed-shape", "layout", "fixed_shape", NULL, "one packed length per rank"},
+    {"dcp-sizes", "parallel.dynamic_cp", "sizes", "S",
+     "dynamic CP group sizes: pow2 (default) | any (sets dynamic CP)"},
+    {"dcp-min-size", "parallel.dynamic_cp", "min_size", "N",
+     "smallest dynamic CP group (default 0: 1; sets dynamic CP)"},
+    {"dcp-algo", "parallel.dynamic_cp", "algo", "A",
+     "dynamic CP planner: auto (default) | megatron (sets dynamic CP)"},
+    {"cp-token", "cost", "cp_token", "X", "dynamic CP: per token x (c-1)/c (default 0)"},
+    {"cp-group", "cost", "cp_group", "X", "dynamic CP: per group x (c-1) (default 0)"},
     {"seed", NULL, "seed", "N", "request seed (default 0; also seeds --sample)"},
     {"job", NULL, "job", "NAME", "job label (not part of the plan id)"},
     /* The proto names of the cost fields, as `packctl load` took them. */

@@ -269,9 +269,13 @@ int packctl_write(FILE *f, packctl_format_t fmt, const Packd__V1__PlanResponse *
   case PACKCTL_FORMAT_JSON:
     return packctl_write_json(f, &resp->base);
   case PACKCTL_FORMAT_SVG:
+    if (resp->dynamic_cp != NULL)
+      return packctl_write_dcp_svg(f, resp);
     return packctl_write_svg(f, resp);
   case PACKCTL_FORMAT_SUMMARY:
   default:
+    if (resp->dynamic_cp != NULL)
+      return packctl_write_dcp_summary(f, resp);
     return packctl_write_summary(f, resp, req);
   }
 }

@@ -51,6 +51,12 @@ int packctl_write_summary(FILE *f, const Packd__V1__PlanResponse *resp,
 /* Ranks x micro-batches as bars (packctl_svg.c). */
 int packctl_write_svg(FILE *f, const Packd__V1__PlanResponse *resp);
 
+/* A dynamic-CP answer (resp->dynamic_cp set; packctl_dcp.c): the summary
+ * (figures, and per slot its cost and group sizes) and the SVG (GPUs down,
+ * slots across, a span per group). */
+int packctl_write_dcp_summary(FILE *f, const Packd__V1__PlanResponse *resp);
+int packctl_write_dcp_svg(FILE *f, const Packd__V1__PlanResponse *resp);
+
 /* SVG helpers (packctl_svg.c), shared with `packctl calibrate`'s picture:
  * text with the five XML special characters escaped, and the round number
  * an axis runs to (1, 1.2, 1.5, 2, 2.5, 3, 4, 5, 6, 8 or 10 times a power

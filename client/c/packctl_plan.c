@@ -28,11 +28,13 @@ enum {
   OPT_SAVE_REQUEST,
   OPT_SAVE_RESPONSE,
   OPT_DRY_RUN,
+  OPT_DYNAMIC_CP,
   OPT_FIELD = 1000, /* OPT_FIELD + index into packctl_field_flags. */
 };
 
 typedef struct plan_opts {
   bool local, dry_run;
+  bool dynamic_cp; /* --dynamic-cp: parallel.dynamic_cp present. */
   const char *server;
   double timeout_s;
   packctl_format_t format;
@@ -73,6 +75,8 @@ static void plan_usage(FILE *f) {
         "  --save-request FILE          write the binary PlanRequest that is sent\n"
         "  --save-response FILE         write the binary PlanResponse that came back\n"
         "  --format F                   summary (default) | json | svg\n"
+        "  --dynamic-cp                 plan dynamic context parallelism over the dp x cp\n"
+        "                               GPUs (--max-tokens is then per GPU; --dcp-* below)\n"
         "  --out FILE                   write the output to FILE (default: stdout)\n"
         "  -h, --help                   this help\n"
         "\n"
@@ -100,6 +104,7 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
       {"save-request", required_argument, NULL, OPT_SAVE_REQUEST},
       {"save-response", required_argument, NULL, OPT_SAVE_RESPONSE},
       {"dry-run", no_argument, NULL, OPT_DRY_RUN},
+      {"dynamic-cp", no_argument, NULL, OPT_DYNAMIC_CP},
       PACKCTL_CONN_OPTIONS,
       {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
   };
@@ -194,6 +199,9 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
     case OPT_DRY_RUN:
       o->dry_run = true;
       break;
+    case OPT_DYNAMIC_CP:
+      o->dynamic_cp = true;
+      break;
     default:
       if (packctl_is_conn_option(c)) {
         if (packctl_conn_take(c, v, err, sizeof err) != 0) {
@@ -236,6 +244,14 @@ done:
 /* Applies the field flags in command-line order. */
 static int apply_flags(const plan_opts_t *o, Packd__V1__PlanRequest *req, char *err,
                        size_t errlen) {
+  /* --dynamic-cp makes parallel.dynamic_cp present with its defaults (an
+   * empty message is the request for dynamic CP); the --dcp-* flags then
+   * set its fields. */
+  if (o->dynamic_cp) {
+    int rc = packctl_request_touch(req, "parallel.dynamic_cp", err, errlen);
+    if (rc != 0)
+      return rc;
+  }
   for (size_t i = 0; i < o->nset; i++) {
     int rc = packctl_fields_set(req, (size_t)o->set_index[i], o->set_value[i], err, errlen);
     if (rc != 0)

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <strings.h>
 
+#include "pk_dcp.h"
 #include "pk_planner.h"
 
 Packd__V1__PlanRequest *packctl_request_new(void) {
@@ -98,6 +99,12 @@ static void enum_short_names(const ProtobufCEnumDescriptor *d, enum_name_fn *nam
   } else if (d == &packd__v1__order__descriptor) {
     *name = pk_order_name;
     *parse = pk_order_parse;
+  } else if (d == &packd__v1__dcp_sizes__descriptor) {
+    *name = pk_dcp_sizes_name;
+    *parse = pk_dcp_sizes_parse;
+  } else if (d == &packd__v1__dcp_algo__descriptor) {
+    *name = pk_dcp_algo_name;
+    *parse = pk_dcp_algo_parse;
   }
 }
 
@@ -149,28 +156,43 @@ static int parse_enum(const ProtobufCEnumDescriptor *d, const char *text, const 
                       text, list);
 }
 
-/* The message that holds `sub` fields, created on first use. */
+/* The message that holds `sub` fields (a field of PlanRequest, or a dotted
+ * path of message fields such as "parallel.dynamic_cp"), created on first
+ * use along the path. */
 static int sub_message(Packd__V1__PlanRequest *req, const char *sub, ProtobufCMessage **out,
                        char *err, size_t errlen) {
-  if (sub == NULL) {
-    *out = &req->base;
-    return 0;
+  ProtobufCMessage *m = &req->base;
+  while (sub != NULL && *sub != '\0') {
+    const char *dot = strchr(sub, '.');
+    size_t len = dot != NULL ? (size_t)(dot - sub) : strlen(sub);
+    char name[64];
+    if (len >= sizeof name)
+      return packctl_fail(err, errlen, PK_EINVAL, "unknown request field '%s'", sub);
+    memcpy(name, sub, len);
+    name[len] = '\0';
+    const ProtobufCFieldDescriptor *fd =
+        protobuf_c_message_descriptor_get_field_by_name(m->descriptor, name);
+    if (fd == NULL || fd->type != PROTOBUF_C_TYPE_MESSAGE)
+      return packctl_fail(err, errlen, PK_EINVAL, "unknown request field '%s'", name);
+    ProtobufCMessage **slot = (ProtobufCMessage **)((char *)m + fd->offset);
+    if (*slot == NULL) {
+      const ProtobufCMessageDescriptor *d = fd->descriptor;
+      ProtobufCMessage *child = malloc(d->sizeof_message);
+      if (child == NULL)
+        return packctl_fail(err, errlen, PK_ENOMEM, "out of memory");
+      protobuf_c_message_init(d, child);
+      *slot = child;
+    }
+    m = *slot;
+    sub = dot != NULL ? dot + 1 : NULL;
   }
-  const ProtobufCFieldDescriptor *fd =
-      protobuf_c_message_descriptor_get_field_by_name(&packd__v1__plan_request__descriptor, sub);
-  if (fd == NULL || fd->type != PROTOBUF_C_TYPE_MESSAGE)
-    return packctl_fail(err, errlen, PK_EINVAL, "unknown request field '%s'", sub);
-  ProtobufCMessage **slot = (ProtobufCMessage **)((char *)req + fd->offset);
-  if (*slot == NULL) {
-    const ProtobufCMessageDescriptor *d = fd->descriptor;
-    ProtobufCMessage *m = malloc(d->sizeof_message);
-    if (m == NULL)
-      return packctl_fail(err, errlen, PK_ENOMEM, "out of memory");
-    protobuf_c_message_init(d, m);
-    *slot = m;
-  }
-  *out = *slot;
+  *out = m;
   return 0;
+}
+
+int packctl_request_touch(Packd__V1__PlanRequest *req, const char *sub, char *err, size_t errlen) {
+  ProtobufCMessage *m = NULL;
+  return sub_message(req, sub, &m, err, errlen);
 }
 
 int packctl_request_set(Packd__V1__PlanRequest *req, const char *sub, const char *field,

@@ -18,6 +18,11 @@
 /* A new request with every field at its default; NULL when out of memory. */
 Packd__V1__PlanRequest *packctl_request_new(void);
 
+/* Creates the sub-message `sub` (a dotted path such as
+ * "parallel.dynamic_cp") and the ones above it if absent; 0 or a pk_error
+ * code with a message. */
+int packctl_request_touch(Packd__V1__PlanRequest *req, const char *sub, char *err, size_t errlen);
+
 /* Sets the scalar field `field` of sub-message `sub` ("parallel",
  * "batching", "cost", "layout"; NULL for the top level: "job", "seed") from
  * text, creating the sub-message when absent. Field names are the proto
