@@ -367,10 +367,9 @@ static int plan_at(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_
   if (pk_limits_stopped(limits))
     return PK_ECANCELED;
   rc = dcp_place(s);
-  if (rc != 0) {
+  if (rc != 0)
     return rc;
-  }
-  return 0;
+  return dcp_split(s);
 }
 
 /* Group cost of a sequence alone at its chosen size (arg: the n heights),
@@ -405,6 +404,8 @@ static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
     rc = PK_ECANCELED;
   if (rc == 0)
     rc = dcp_fill(s);
+  if (rc == 0)
+    rc = dcp_split(s);
   return rc;
 }
 
@@ -469,6 +470,8 @@ static int plan_fixed(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
   pk_plan_free(plan);
   if (rc == 0)
     rc = dcp_fill(s);
+  if (rc == 0)
+    rc = dcp_split(s);
   return rc;
 }
 
@@ -498,6 +501,8 @@ static int plan_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_l
    * gives them work where a group can split or grow. */
   if (rc == 0)
     rc = dcp_fill(s);
+  if (rc == 0)
+    rc = dcp_split(s);
   return rc;
 }
 

@@ -69,6 +69,10 @@ int dcp_fill(dcp_state_t *s);
  * costliest groups. Returns 0, 1 when the groups do not fit the slots, or
  * PK_ENOMEM. */
 int dcp_place(dcp_state_t *s);
+/* split.c: splits groups into their aligned halves where neither half
+ * costs more than its slot's costliest group (power-of-two sizes only).
+ * Returns 0 or a negative code. */
+int dcp_split(dcp_state_t *s);
 /* level.c: moves and swaps of sequences between groups, each lowering the
  * step; never breaks an invariant. Returns 0 or PK_ECANCELED. */
 int dcp_level(dcp_state_t *s);
