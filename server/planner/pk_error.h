@@ -2,7 +2,7 @@
  *
  * Every function that can fail returns 0 on success or one of the negative
  * codes below. The codes map to gRPC status codes in exactly one place
- * (server/codec.c, pk_status_from_error). */
+ * (server/codec/codec.c, pk_status_from_error). */
 #ifndef PK_ERROR_H
 #define PK_ERROR_H
 

@@ -5,7 +5,7 @@
  *
  * The request mirrors packd.v1.PlanRequest (proto/packd/v1/packd.proto) with
  * plain C types; zero values mean "default" exactly as in the proto. The
- * codec (server/codec.h) translates between the two and decides nothing.
+ * codec (server/codec/codec.h) translates between the two and decides nothing.
  *
  * Ownership: the caller owns the request and everything it points to; the
  * planner only reads it. pk_plan() allocates the plan; the caller frees it

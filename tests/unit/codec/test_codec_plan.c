@@ -1,4 +1,4 @@
-/* Tests of the codec's encoding of real plans (server/codec.c with the real
+/* Tests of the codec's encoding of real plans (server/codec/codec.c with the real
  * planner): pk_codec_encode_plan copies every figure of the plan, and
  * pk_plan_bytes is decode -> plan -> encode -> pack. */
 #include "codec_fixture.h"
