@@ -76,6 +76,8 @@ typedef struct pk_ctx {
    * pk_stopped() between stages and every few thousand iterations of a
    * long loop; on true, unwind and return PK_ECANCELED. */
   const pk_limits_t *limits;
+  /* The caller's AUTO trace (pk_limits_t.trace), or NULL. */
+  struct pk_auto_trace *trace;
 } pk_ctx_t;
 
 /* True when the caller asked the planner to stop (limits may be NULL). */

@@ -1,7 +1,9 @@
 /* The packd planner: a pure C11 library that turns the sequence lengths of a
  * global batch and a parallel layout into a plan (DP assignment, micro-batches
  * and packed layouts). No I/O, no threads, no global state: every call works
- * only on its arguments, so any number of threads may plan at once.
+ * only on its arguments and its own stack, and whatever a call records for
+ * its caller (AUTO's trace, below) goes into a struct the caller passes, so
+ * any number of threads may plan at once.
  *
  * The request mirrors packd.v1.PlanRequest (proto/packd/v1/packd.proto) with
  * plain C types; zero values mean "default" exactly as in the proto. The
@@ -195,6 +197,11 @@ typedef struct pk_limits {
    * cheap and must not call back into the planner. NULL: never stops. */
   int (*should_stop)(void *stop_arg);
   void *stop_arg;
+  /* NULL, or where AUTO records its trace: the candidates it tried,
+   * skipped and kept and what each stage gained, for the last mini-batch
+   * it planned (server/planner/auto/auto.h defines the struct; the
+   * benchmarks read it). The planner writes it only during the call. */
+  struct pk_auto_trace *trace;
 } pk_limits_t;
 
 /* The defaults of the server (--max-sequences, --max-plan-bytes) and of

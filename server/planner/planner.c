@@ -271,7 +271,8 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
                     .cost = cost,
                     .len = len,
                     .groups = req->groups,
-                    .limits = stages};
+                    .limits = stages,
+                    .trace = limits != NULL ? limits->trace : NULL};
     uint32_t tick = 0;
     bool stop = pk_stopped(&ctx);
     for (uint32_t k = 0; k < m && !stop; k++) {

@@ -118,7 +118,7 @@ int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count) {
   uint32_t nbins = s->m * s->dp;
   for (uint32_t i = 0; i < s->bins_rt.leaves; i++) {
     /* Millions of leaves where the pass spans every possible count. */
-    if ((i & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+    if (pk_auto_tick_loop(s->stop, i))
       return PK_ECANCELED;
     s->bins_rt.t[s->bins_rt.leaves + i] = i < nbins ? pk_auto_bin_room(s, i) : 0;
   }
@@ -178,9 +178,7 @@ void pk_auto_move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t
 }
 
 bool pk_auto_clear_bins(auto_state_t *s, size_t count) {
-  /* 64 Ki micro-batches (2 MiB) at a time: clearing n of them for a pass
-   * over every possible count takes a hundred milliseconds at 4 M. */
-  const size_t chunk = (size_t)1 << 16;
+  const size_t chunk = PK_AUTO_CLEAR_CHUNK;
   for (size_t at = 0; at < count; at += chunk) {
     if (pk_auto_tick(s->stop, PK_AUTO_POLL_EVERY))
       return false;
