@@ -201,12 +201,15 @@ int pk_group_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t err
  * assignment with equal micro counts on every rank (assign.c). */
 int pk_compat_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
 
-/* pk_plan_size_estimate of a validated request. */
-uint64_t pk_estimate_plan_bytes(const pk_request_t *req, const pk_cfg_t *cfg);
+/* The shape of a validated request (shape.c). */
+void pk_shape_of(const pk_request_t *req, const pk_cfg_t *cfg, pk_plan_shape_t *shape);
 
-/* Checks `limits` (may be NULL) against a validated request. */
-int pk_check_limits(const pk_request_t *req, const pk_cfg_t *cfg, const pk_limits_t *limits,
-                    char *err, size_t errlen);
+/* The caller's limits (shape.c; limits may be NULL): pk_limit_count
+ * before validation (the sequence count, O(1)), pk_limit_admit after it
+ * (the caller's admission check on the request's shape). */
+int pk_limit_count(const pk_request_t *req, const pk_limits_t *limits, char *err, size_t errlen);
+int pk_limit_admit(const pk_request_t *req, const pk_cfg_t *cfg, const pk_limits_t *limits,
+                   char *err, size_t errlen);
 
 /* Validates a request and fills the effective configuration (validate.c).
  * Returns 0, PK_EINVAL or PK_EPRECOND with a message naming the field and
