@@ -33,6 +33,8 @@
 
 #include "call_stop.h"
 #include "clock.h"
+#include "grpc_int_arg.h"
+#include "grpc_int_arg.h"
 #include "handlers.h"
 #include "log.h"
 #include "pk_error.h"
@@ -546,15 +548,6 @@ static void stop_at_start(pk_grpc_server_t *s) {
   pk_grpc_server_destroy(s);
 }
 
-static grpc_arg int_arg(const char *key, int value) {
-  grpc_arg a;
-  memset(&a, 0, sizeof a);
-  a.type = GRPC_ARG_INTEGER;
-  a.key = (char *)key;
-  a.value.integer = value;
-  return a;
-}
-
 int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
                          pk_plan_store_t *store, pk_metrics_t *metrics, pk_stopped_fn on_stopped,
                          void *user, pk_grpc_server_t **out, int *bound_port, char *err,
@@ -587,17 +580,17 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
 
   int maxmsg = cfg->max_message_bytes > INT32_MAX ? INT32_MAX : (int)cfg->max_message_bytes;
   grpc_arg args[] = {
-      int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, maxmsg),
-      int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, maxmsg),
+      pk_grpc_int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, maxmsg),
+      pk_grpc_int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, maxmsg),
       /* Off, so that a second server on the same port fails to bind instead
        * of silently sharing it. */
-      int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0),
-      int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, 60000),
-      int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000),
-      int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1),
+      pk_grpc_int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0),
+      pk_grpc_int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, 60000),
+      pk_grpc_int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000),
+      pk_grpc_int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1),
       /* Accept client keepalive pings as often as every 10 s. */
-      int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000),
-      int_arg(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0),
+      pk_grpc_int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000),
+      pk_grpc_int_arg(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0),
   };
   grpc_channel_args cargs = {sizeof args / sizeof args[0], args};
   s->server = grpc_server_create(&cargs, NULL);
