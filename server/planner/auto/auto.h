@@ -348,11 +348,6 @@ typedef struct pk_count_search {
   uint32_t bis_lo, bis_hi;
 } pk_count_search_t;
 
-/* The fewest micro-batches per rank first fit decreasing needs (one pass
- * over max_m x dp micro-batches, left in the state), or UINT32_MAX
- * (packed_best.c). */
-uint32_t pk_auto_ffd_min_micro(auto_state_t *s, const uint32_t *order, uint32_t max_m);
-
 /* Stage 2, PACKED, at count *m (packed_best.c): the candidate table, the
  * best packing kept and every candidate's fate in the trace. *m may move
  * (first fit's count, tightening, completion's count); *again asks the

@@ -241,7 +241,7 @@ static void record_others(packed_try_t *p, const packed_order_t *a, const packed
  * micro-batch beyond them). The pass stays in the state: it is the first
  * fit packing for every count from the result up. UINT32_MAX when even
  * max_m does not fit. */
-uint32_t pk_auto_ffd_min_micro(auto_state_t *s, const uint32_t *order, uint32_t max_m) {
+static uint32_t ffd_min_micro(auto_state_t *s, const uint32_t *order, uint32_t max_m) {
   uint32_t n = s->ctx->n, saved_m = s->m;
   s->m = max_m;
   int rc =
@@ -264,7 +264,7 @@ static int count_full(packed_try_t *p, bool *again) {
   pk_count_search_t *cs = p->cs;
   uint32_t group = s->ctx->cfg->group, bound = p->m;
   double t0 = pk_auto_now_us();
-  cs->ffd_m = pk_auto_ffd_min_micro(s, p->order, cs->max_m);
+  cs->ffd_m = ffd_min_micro(s, p->order, cs->max_m);
   if (pk_auto_poll(s->stop))
     return PK_ECANCELED;
   while (cs->ffd_m != UINT32_MAX && p->m < cs->ffd_m && p->m <= cs->max_m)
@@ -340,7 +340,7 @@ static int completion_far(packed_try_t *p) {
   size_t kept = (size_t)cs->complete_m * dp;
   pk_packing_t cur = pk_auto_packing(s);
   pk_packing_copy(p->saved, &cur, kept, n);
-  uint32_t ffd = pk_auto_ffd_min_micro(s, p->order, cs->max_m);
+  uint32_t ffd = ffd_min_micro(s, p->order, cs->max_m);
   if (pk_auto_poll(s->stop))
     return PK_ECANCELED;
   if (ffd < cs->complete_m) {
