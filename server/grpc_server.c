@@ -34,7 +34,6 @@
 #include "call_stop.h"
 #include "clock.h"
 #include "grpc_int_arg.h"
-#include "grpc_int_arg.h"
 #include "handlers.h"
 #include "log.h"
 #include "pk_error.h"
