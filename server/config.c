@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "decode_budget.h"
@@ -316,7 +317,17 @@ static int apply(pk_server_config_t *cfg, const setting_t *st, const char *value
     return PK_OK;
   }
   case K_FLAG:
-    *(bool *)field = true;
+    /* A flag carries no value; its variable says 1/true/yes or 0/false/no. */
+    if (value[0] == '\0' || strcasecmp(value, "1") == 0 || strcasecmp(value, "true") == 0 ||
+        strcasecmp(value, "yes") == 0) {
+      *(bool *)field = true;
+    } else if (strcasecmp(value, "0") == 0 || strcasecmp(value, "false") == 0 ||
+               strcasecmp(value, "no") == 0) {
+      *(bool *)field = false;
+    } else {
+      snprintf(err, errlen, "%s: \"%.64s\" is not 1, true, yes, 0, false or no", origin, value);
+      return PK_EINVAL;
+    }
     return PK_OK;
   case K_URL: {
     pk_store_url_t u;

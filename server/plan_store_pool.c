@@ -120,8 +120,8 @@ void pk_store_conn_free(conn_t *c) {
 /* Under s->mu: a success moves the store to UP and says so once. */
 static void mark_up_locked(pk_plan_store_t *s) {
   if (s->state == ST_DOWN)
-    PK_LOG_INFO("plan store %s is back after %.1fs; %llu Plans made meanwhile were not written "
-                "to it",
+    PK_LOG_INFO("plan store %s is back after %.1fs; %llu Plans made meanwhile missed it (the "
+                "replay queue writes those it holds)",
                 s->where, pk_monotonic_seconds() - s->down_since,
                 (unsigned long long)s->skipped_in_outage);
   else if (s->state == ST_UNKNOWN)
