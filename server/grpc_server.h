@@ -6,10 +6,11 @@
  * message, answer Health/Check and unknown methods at once, learn when a
  * client goes away, and put Plan and GetRankPlan calls on the admission
  * queue (work_queue.h). A compressed message is inflated by packd, under
- * the decoded-bytes budget (request_body.h, decode_budget.h). --workers planning threads take calls from that
- * queue and run the handlers (handlers.h); large Plans may use at most
- * --large-workers of them. So Health is answered while every worker plans,
- * and small calls always find a worker.
+ * the decoded-bytes budget (request_body.h, decode_budget.h). --workers
+ * planning threads take calls from that queue and run the handlers
+ * (handlers.h); large Plans may use at most --large-workers of them. So
+ * Health is answered while every worker plans, and small calls always find
+ * a worker.
  *
  * Stopping a call: every call has a stop flag that the planner polls
  * (pk_limits_t.should_stop). It is set when the client goes away (the
