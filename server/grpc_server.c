@@ -3,12 +3,14 @@
  * Every request handed to gRPC (grpc_server_request_*call) uses one heap
  * context; the out-parameters of a request live in that context, because
  * gRPC writes them even when it fails the request at shutdown. A call that
- * arrived has two operations in gRPC at most, each with its own tag inside
- * the context: the close op (RECV_CLOSE_ON_SERVER, started at once, so that
- * a client that leaves is noticed while the call waits or plans) and the
- * final batch (the answer). The context is freed when both have completed
- * (a reference count), and only then is the call counted and logged, with
- * the close op's verdict.
+ * arrived has three operations in gRPC at most, each with its own tag
+ * inside the context: the close op (RECV_CLOSE_ON_SERVER, started at once,
+ * so that a client that leaves is noticed while the call waits or plans),
+ * the message op (RECV_MESSAGE, started only once the call is
+ * authenticated and admitted: the methods are registered without a payload
+ * so that no body is read before) and the final batch (the answer). The
+ * context is freed when all have completed (a reference count), and only
+ * then is the call counted and logged, with the close op's verdict.
  *
  * A count of live contexts, guarded by one mutex together with the posting
  * of new requests, tells when the server has really stopped: after the

@@ -6,6 +6,7 @@
 #include <grpc/compression.h>
 #include <grpc/slice.h>
 #include <inttypes.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,10 +72,13 @@ static pk_body_result_t inflate_body(const grpc_byte_buffer *bb, int64_t limit,
       }
       z.next_out = out + len;
       z.avail_out = (uInt)(cap - len > UINT32_MAX ? UINT32_MAX : cap - len);
-      uInt before = z.avail_out;
+      uInt before = z.avail_out, in_before = z.avail_in;
       zrc = inflate(&z, Z_NO_FLUSH);
       len += before - z.avail_out;
-      if (zrc != Z_OK && zrc != Z_STREAM_END && zrc != Z_BUF_ERROR) {
+      /* Z_BUF_ERROR is only "no progress possible": with input and room
+       * left that is a stream zlib cannot go on with. */
+      bool stuck = zrc == Z_BUF_ERROR && z.avail_in == in_before && z.avail_out == before;
+      if (stuck || (zrc != Z_OK && zrc != Z_STREAM_END && zrc != Z_BUF_ERROR)) {
         res = PK_BODY_BAD;
         snprintf(msg, msglen, "request: the compressed message is not valid gzip/deflate data (%s)",
                  z.msg != NULL ? z.msg : "zlib error");

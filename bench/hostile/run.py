@@ -49,7 +49,7 @@ def token_file() -> str:
     return path
 
 
-def bombs(token: bool):
+def bombs(token: bool, compress: bool = True):
     args = ["--auth-token-file", token_file(), "--workers", "6"]
     if token and supports("--max-decoded-bytes"):
         args += ["--max-decoded-bytes", "128M"]
@@ -58,7 +58,7 @@ def bombs(token: bool):
         time.sleep(0.5)
         idle = rss(srv.proc.pid)
         t0 = time.monotonic()
-        got = at_once(6, lambda i: call(srv, PLAN, BOMB, token=token, compress=True))
+        got = at_once(6, lambda i: call(srv, PLAN, BOMB, token=token, compress=compress))
         took = time.monotonic() - t0
         peak = rss(srv.proc.pid, "VmHWM")
         after = rss(srv.proc.pid)
@@ -67,7 +67,8 @@ def bombs(token: bool):
         codes = {}
         for code, _ in got:
             codes[code.name] = codes.get(code.name, 0) + 1
-        print(f"bombs {'with' if token else 'without'} token ({' '.join(args[2:])}): "
+        what = "bombs" if compress else "plain 60 MiB bodies"
+        print(f"{what} {'with' if token else 'without'} token ({' '.join(args[2:])}): "
               f"idle {idle / MiB:.1f} MiB, peak {peak / MiB:.1f} MiB, "
               f"after {after / MiB:.1f} MiB, 10 s later {later / MiB:.1f} MiB, "
               f"{took:.2f} s, codes {codes}")
@@ -177,6 +178,7 @@ def oversized():
 def main():
     print(f"packd: {h.PACKD}")
     bombs(token=False)
+    bombs(token=False, compress=False)
     bombs(token=True)
     log_volume()
     stall()

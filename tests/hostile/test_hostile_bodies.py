@@ -22,14 +22,15 @@ def settle(pid: int, seconds: float = 0.5) -> int:
 
 
 def test_gzip_bombs_without_token_are_never_inflated(tmp_path):
-    """Six clients without a token each send a 60 MiB gzip bomb at once.
-    Pass: every call is UNAUTHENTICATED and the server's peak resident size
-    stays within 32 MiB of its idle size (the bodies are never received,
-    let alone inflated)."""
+    """Six clients without a token each send a 60 MiB gzip bomb at once,
+    then six send 60 MiB uncompressed. Pass: every call is UNAUTHENTICATED
+    and the server's peak resident size stays within 32 MiB of its idle
+    size (the bodies are never received, let alone inflated)."""
     srv = h.start("--auth-token-file", token_file(tmp_path), "--workers", "6")
     try:
         idle = settle(srv.proc.pid)
         got = at_once(6, lambda i: call(srv, PLAN, BOMB, token=False, compress=True))
+        got += at_once(6, lambda i: call(srv, PLAN, BOMB, token=False, compress=False))
         assert all(code == grpc.StatusCode.UNAUTHENTICATED for code, _ in got), got
         peak = rss(srv.proc.pid, "VmHWM")
         assert peak - idle < 32 * MiB, (idle / MiB, peak / MiB)
