@@ -222,7 +222,11 @@ class DpBalancedScheduler:
                 cost=self.cost,
             )
         except FailedPrecondition as exc:
-            raise SchedulingError(f"sample_id_seqlens: {exc.message}") from None
+            raise SchedulingError(
+                f"sample_id_seqlens: {n} samples cannot fill the micro-batches that the cap "
+                f"max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank} x cp_size {self.cp_size} = {cap} needs on "
+                f"each of dp_size {self.dp_size} ranks (the planner: {exc.message})"
+            ) from None
         ranks = [rank.micro_batches for rank in plan]
         count = len(ranks[0])
         groups = []
