@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 
 _handle = None
+_calls = []  # one entry per global batch packd's scheduler scheduled
+_original = None
 
 
 def pytest_configure(config):
@@ -25,11 +27,35 @@ def pytest_configure(config):
     for member in ds.PackingSchedulerEnum:
         assert ds.scheduler_map[member] in ours, member
 
+    # Count the schedules packd makes, so the summary shows that Megatron's
+    # tests went through it.
+    global _original
+    cls = packd.megatron.DpBalancedScheduler
+    _original = cls.get_groups_and_subsamples
+
+    def counted(self, sample_id_seqlens):
+        groups = _original(self, sample_id_seqlens)
+        _calls.append(len(groups))
+        return groups
+
+    cls.get_groups_and_subsamples = counted
+
 
 def pytest_report_header(config):
     return f"packd: {_handle!r}"
 
 
+def pytest_terminal_summary(terminalreporter):
+    terminalreporter.write_line(
+        f"packd: {len(_calls)} global batches scheduled by packd.megatron "
+        f"(micro-batches: {sorted(set(_calls))})"
+    )
+
+
 def pytest_unconfigure(config):
+    if _original is not None:
+        import packd.megatron
+
+        packd.megatron.DpBalancedScheduler.get_groups_and_subsamples = _original
     if _handle is not None:
         _handle.undo()
