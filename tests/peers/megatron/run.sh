@@ -11,6 +11,11 @@
 #      Its tests that start 8 NCCL ranks (13 of its 15) need 8 GPUs and are
 #      deselected here; the others run.
 # PACKD_BUILD_DIR: a packd build with server/libpackd.so (default: build).
+#
+# The venv, outside the repository:
+#   python3.12 -m venv DIR && DIR/bin/pip install -r tests/peers/requirements-megatron.txt
+# Megatron-LM main, outside the repository (a clone, or any snapshot of it):
+#   git clone https://github.com/NVIDIA/Megatron-LM DIR2   # then MEGATRON_LM_SRC=DIR2
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../../.." && pwd)"
