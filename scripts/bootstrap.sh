@@ -18,6 +18,8 @@ PACKAGES=(
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
   # gRPC C core, protobuf-c, libuv: the service and the C client.
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
+  # zlib: the server inflates compressed requests itself (request_body.c).
+  zlib1g-dev
   # Standard formats: plan ids (xxhash), JSON (jansson), HTTP (http-parser).
   libxxhash-dev libjansson-dev libhttp-parser-dev
   # The shared plan store (--plan-store): the hiredis client library, and a

@@ -38,6 +38,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "decode_budget.h"
 #include "metrics.h"
 #include "plan_cache.h"
 #include "plan_store.h"
@@ -86,6 +87,9 @@ void pk_grpc_server_queue_stats(pk_grpc_server_t *s, int64_t *queued_small, int6
  * against the new tokens. Returns 0 with a log line in msg, or a negative
  * pk_error code with why in msg (the tokens loaded before stay). */
 int pk_grpc_server_reload_auth(pk_grpc_server_t *s, char *msg, size_t msglen);
+
+/* The budget of request bytes in flight, for /metrics. */
+const pk_decode_budget_t *pk_grpc_server_decode_budget(const pk_grpc_server_t *s);
 
 /* Joins the workers and frees the server. Call only after on_stopped ran. */
 void pk_grpc_server_destroy(pk_grpc_server_t *s);

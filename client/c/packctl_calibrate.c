@@ -22,8 +22,11 @@
 #include "packctl_args.h"
 #include "packctl_fail.h"
 #include "packctl_fit.h"
+#include "packctl_json.h"
+#include "packctl_number.h"
 #include "packctl_output.h"
 #include "packctl_request.h"
+#include "packctl_svg.h"
 #include "pk_error.h"
 
 #define P PACKCTL_FIT_TERMS

@@ -12,6 +12,7 @@
 #include "packctl_fail.h"
 #include "packctl_fields.h"
 #include "packctl_input.h"
+#include "packctl_json.h"
 #include "packctl_output.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"

@@ -10,6 +10,7 @@
 #include "packctl.h"
 #include "packctl_args.h"
 #include "packctl_fail.h"
+#include "packctl_json.h"
 #include "packctl_output.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"
