@@ -287,6 +287,15 @@ def test_patch_without_megatron():
         megatron.patch(replace=["fifo"])
 
 
+def test_megatron_pipeline_needs_megatron():
+    """run() and get_required_sample_keys() are Megatron's own: without
+    Megatron-Core they raise ImportError saying so."""
+    sched = DpBalancedScheduler(4096, 1, 1, None)
+    for call in (lambda: sched.run(None, 1, None, None, None, None, "cpu", None), sched.get_required_sample_keys):
+        with pytest.raises(ImportError, match="packd.megatron: cannot import megatron.core.datasets.data_schedule"):
+            call()
+
+
 def test_scheduler_table():
     """Every row: a config name, the Megatron scheduler it stands in for,
     and a class with Megatron's constructor and scheduling method."""
