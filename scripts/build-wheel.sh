@@ -22,7 +22,11 @@
 # Needs what scripts/bootstrap.sh installs (cmake, the -dev packages,
 # protoc and grpc_python_plugin).
 #
-# Usage: scripts/build-wheel.sh [OUT_DIR]   (default dist/; prints the path)
+# Usage: scripts/build-wheel.sh [--wheelhouse PY] [OUT_DIR]   (default dist/)
+#   --wheelhouse PY   also download scripts/wheel-deps.txt (pip, grpcio,
+#                     protobuf, numpy, pinned) as binary wheels for Python PY
+#                     (e.g. 3.12) into OUT_DIR/wheelhouse-cpNNN, for a machine
+#                     without an index: pip install --no-index --find-links
 # Environment: PACKD_WHEEL_BUILD (CMake build folder, default build-wheel),
 #   PACKD_WHEEL_POLICY (newest manylinux policy accepted, default
 #   manylinux_2_31_x86_64: glibc 2.31 and later, i.e. Ubuntu 20.04, Debian
@@ -32,6 +36,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
+HOUSE_PY=""
+if [ "${1:-}" = --wheelhouse ]; then
+  HOUSE_PY=${2:?usage: build-wheel.sh [--wheelhouse PY] [OUT_DIR]}
+  shift 2
+fi
 OUT=$(mkdir -p "${1:-dist}" && cd "${1:-dist}" && pwd)
 BUILD=${PACKD_WHEEL_BUILD:-$ROOT/build-wheel}
 POLICY=${PACKD_WHEEL_POLICY:-manylinux_2_31_x86_64}
@@ -112,3 +121,12 @@ EOF
 rm -f "$OUT"/packd-*.whl
 cp "$wheel" "$OUT/"
 step "wheel: $OUT/$(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
+
+if [ -n "$HOUSE_PY" ]; then
+  HOUSE=$OUT/wheelhouse-cp${HOUSE_PY/./}
+  step "pip download scripts/wheel-deps.txt for Python $HOUSE_PY into $HOUSE"
+  rm -rf "$HOUSE"
+  bash scripts/wheelhouse.sh "$HOUSE_PY" "$HOUSE" || fail "pip download"
+  cp "$OUT"/packd-*.whl "$HOUSE/"
+  echo "install on a machine without an index: python$HOUSE_PY -m pip install --no-index --find-links $HOUSE packd"
+fi

@@ -7,10 +7,10 @@
 #      python3-numpy, imported into podman; kept as a tar outside the
 #      repository, named by its package list, so it is made once per machine
 #      (${XDG_CACHE_HOME:-$HOME/.cache}/packd/rootfs/);
-#   2. a wheelhouse of what pip fetches from an index elsewhere: pip itself
-#      (run from its wheel, since the base has none) and packd's
-#      dependencies grpcio and protobuf, for the container's Python, at the
-#      versions pinned below (downloaded here, once, outside the repository);
+#   2. a wheelhouse of what pip fetches from an index elsewhere
+#      (scripts/wheel-deps.txt, pinned): pip itself, run from its wheel since
+#      the base has none, and packd's dependencies grpcio and protobuf, for
+#      the container's Python (downloaded once, outside the repository);
 #   3. the container (--network none) installs the wheel with
 #      `pip install --no-index --find-links` and runs
 #      tests/wheel/installed_check.py against the plan the build tree's
@@ -30,11 +30,10 @@ fail() {
 }
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/packd
 
-# What the base holds, and the pins of the wheelhouse (the container's
-# Python is Debian 12's 3.11).
+# What the base holds; the wheelhouse is scripts/wheel-deps.txt for the
+# base's Python (Debian 12's 3.11).
 BASE_SUITE=bookworm
 BASE_PACKAGES=python3,python3-numpy
-WHEELHOUSE_PINS=(pip==26.3 grpcio==1.85.1 typing-extensions==4.16.0 protobuf==7.36.2)
 CONTAINER_PY=3.11
 
 if [ "$(id -u)" -ne 0 ]; then fail "run as root (podman and debootstrap need it here)"; fi
@@ -97,15 +96,11 @@ else
 fi
 
 # --- the wheelhouse ----------------------------------------------------------
-HOUSE=$CACHE/wheelhouse-cp${CONTAINER_PY/./}-$(printf '%s\n' "${WHEELHOUSE_PINS[@]}" | sha256sum | cut -c1-12)
+HOUSE=$CACHE/wheelhouse-cp${CONTAINER_PY/./}-$(grep -v '^#' scripts/wheel-deps.txt | sha256sum | cut -c1-12)
 if [ ! -f "$HOUSE/.complete" ]; then
-  step "pip download ${WHEELHOUSE_PINS[*]} (Python $CONTAINER_PY, manylinux x86_64) into $HOUSE"
+  step "pip download scripts/wheel-deps.txt (Python $CONTAINER_PY, manylinux x86_64) into $HOUSE"
   rm -rf "$HOUSE"
-  mkdir -p "$HOUSE"
-  /usr/bin/python3 -m pip download -q --disable-pip-version-check --no-deps --only-binary=:all: \
-    --python-version "$CONTAINER_PY" --implementation cp --abi "cp${CONTAINER_PY/./}" --abi abi3 --abi none \
-    --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
-    --platform any -d "$HOUSE" "${WHEELHOUSE_PINS[@]}" || fail "pip download"
+  bash scripts/wheelhouse.sh "$CONTAINER_PY" "$HOUSE" || fail "pip download"
   touch "$HOUSE/.complete"
 fi
 

@@ -78,11 +78,11 @@ def check(expect):
     lens = np.asarray(lengths())
     plan = client.plan(lens.tolist(), dp=DP, max_tokens=MAX_TOKENS)
 
-    lib = Path(client._transport.library.path).resolve()
-    assert lib.parent == pkg, f"the embedded planner is {lib}, not the package's libpackd.so"
     mapped = loaded_paths()
     packd_so = [p for p in mapped if Path(p).name == "libpackd.so"]
-    assert packd_so and all(Path(p).resolve() == lib for p in packd_so), f"libpackd.so mapped from {packd_so}"
+    assert packd_so and all(Path(p).resolve().parent == pkg for p in packd_so), (
+        f"libpackd.so mapped from {packd_so}, not from {pkg} ({client!r})"
+    )
     for dep in ("libprotobuf-c", "libxxhash"):
         hits = [p for p in mapped if Path(p).name.startswith(dep)]
         assert hits, f"{dep} is not loaded"
