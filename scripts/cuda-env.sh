@@ -45,12 +45,12 @@ pk_cuda_site() {
 # the machine. The prefix counts as installed only once its .complete mark
 # is written, after the last step, so an interrupted install is made again.
 pk_cuda_install() {
-  if [ -n "${CUDA_HOME:-}" ] || [ -x /usr/local/cuda/bin/nvcc ]; then
-    echo "cuda: using the toolkit at ${CUDA_HOME:-/usr/local/cuda}"
+  if pk_cuda_site >/dev/null; then
+    echo "cuda: the pinned toolkit is in $PK_CUDA_PREFIX"
     return 0
   fi
-  if pk_cuda_site >/dev/null; then
-    echo "cuda: pinned toolkit present in $PK_CUDA_PREFIX"
+  if [ -n "${CUDA_HOME:-}" ] || [ -x /usr/local/cuda/bin/nvcc ]; then
+    echo "cuda: using the toolkit at ${CUDA_HOME:-/usr/local/cuda}"
     return 0
   fi
   local t0 site
