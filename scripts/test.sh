@@ -9,9 +9,12 @@
 #   build-fuzz/     clang-14 libFuzzer build, self-checks on: every fuzz
 #                   target runs PK_FUZZ_SECONDS (default 30) seconds from its
 #                   corpus (scripts/fuzz.sh)
-# GPU tests that need a device skip with a message when there is none.
+# GPU tests that need a device skip with a message when there is none. The
+# CUDA backend is compiled in build/ wherever nvcc is found: the machine's
+# toolkit, or the pinned one scripts/bootstrap.sh installs (scripts/cuda-env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/cuda-env.sh
 JOBS=${JOBS:-$(nproc)}
 PY=${PY:-/usr/bin/python3}
 
