@@ -238,7 +238,8 @@ static inline pk_packing_t pk_auto_packing(auto_state_t *s) {
 bool pk_auto_clear_bins(auto_state_t *s, size_t count);
 /* The room micro-batch i has left (0 when it holds max_seqs items). */
 uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i);
-/* Column c's level: the cost of its costliest micro-batch. */
+/* Column c's level: the cost of its costliest micro-batch (in PADDED
+ * mode rows x c(widest row), pk_padded_cost). */
 double pk_auto_column_level(const auto_state_t *s, uint32_t c);
 /* The step cost of the state: the sum of its m column levels. */
 double pk_auto_step(const auto_state_t *s);

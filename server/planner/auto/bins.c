@@ -21,9 +21,16 @@ uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i) {
 }
 
 double pk_auto_column_level(const auto_state_t *s, uint32_t c) {
+  /* A PADDED micro-batch costs rows x c(widest row), which its PADDED
+   * stages lower; b->cost, the sum of its rows' own costs, is what the
+   * other modes pay. */
+  const pk_cfg_t *cfg = s->ctx->cfg;
+  bool padded = cfg->mode == PK_MODE_PADDED;
   double level = 0;
-  for (uint32_t q = 0; q < s->dp; q++)
-    level = PK_MAX(level, s->bins[(size_t)c * s->dp + q].cost);
+  for (uint32_t q = 0; q < s->dp; q++) {
+    const pk_bin_t *b = &s->bins[(size_t)c * s->dp + q];
+    level = PK_MAX(level, padded ? pk_padded_cost(cfg, b->count, b->width) : b->cost);
+  }
   return level;
 }
 

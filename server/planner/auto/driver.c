@@ -73,14 +73,16 @@ static void run_free(auto_run_t *r) {
   free(s->item_bin);
 }
 
-/* Debug builds check every stage's output against its contract: a whole
- * packing within the cap and max_seqs (pk_packing_check), and for an
- * improver a step cost no higher than before. PK_EINTERNAL names the stage
- * (stage_failed); release builds skip the check (O(n) per stage). */
-#ifdef NDEBUG
-#define PK_AUTO_SELF_CHECK 0
-#else
+/* Debug builds, and builds with PK_SELF_CHECK (the fuzz targets, the CI
+ * build of the quality gate), check every stage's output against its
+ * contract: a whole packing within the cap and max_seqs (pk_packing_check),
+ * and for an improver a step cost no higher than before. PK_EINTERNAL names
+ * the stage (stage_failed); other release builds skip the check (O(n) per
+ * stage). */
+#if defined(PK_SELF_CHECK) || !defined(NDEBUG)
 #define PK_AUTO_SELF_CHECK 1
+#else
+#define PK_AUTO_SELF_CHECK 0
 #endif
 
 static int self_check(auto_run_t *r, const char *name, double before) {
