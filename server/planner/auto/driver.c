@@ -77,7 +77,7 @@ static void run_free(auto_run_t *r) {
  * build of the quality gate), check every stage's output against its
  * contract: a whole packing within the cap and max_seqs (pk_packing_check),
  * and for an improver a step cost no higher than before. PK_EINTERNAL names
- * the stage (stage_failed); other release builds skip the check (O(n) per
+ * the stage (auto_run_t.failed); other release builds skip the check (O(n) per
  * stage). */
 #if defined(PK_SELF_CHECK) || !defined(NDEBUG)
 #define PK_AUTO_SELF_CHECK 1
