@@ -142,7 +142,9 @@ static void requeue_front(pk_plan_store_t *s, replay_t *r) {
   pthread_mutex_unlock(&s->mu);
 }
 
-void pk_store_replay(pk_plan_store_t *s) {
+/* Writes the queued writes, oldest first, while the store takes them; on
+ * the prober thread. */
+static void store_replay(pk_plan_store_t *s) {
   uint64_t written = 0, expired = 0;
   for (;;) {
     pthread_mutex_lock(&s->mu);
@@ -187,6 +189,35 @@ void pk_store_replay(pk_plan_store_t *s) {
     PK_LOG_INFO("plan store %s: wrote %llu plans it missed while it failed (%llu had expired "
                 "before it was back)",
                 s->where, (unsigned long long)written, (unsigned long long)expired);
+}
+
+/* The prober thread: it pings a store that is down (or every probe
+ * interval when up) and, once the store answers, writes what the replay
+ * queue holds. It lives at this level, above the pool, because the
+ * replay is a store operation: the pool never calls back up. */
+static void *store_prober(void *arg) {
+  pk_plan_store_t *s = arg;
+  pthread_mutex_lock(&s->mu);
+  while (!s->stopping) {
+    double wait = (double)s->tun[T_PROBE] / 1000.0;
+    if (s->state == ST_DOWN)
+      wait = fmin(wait, fmax(0.001, s->retry_at - pk_monotonic_seconds()));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + wait;
+    ts.tv_sec = (time_t)at;
+    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&s->probe_cv, &s->mu, &ts);
+    if (s->stopping)
+      break;
+    pthread_mutex_unlock(&s->mu);
+    char why[300];
+    (void)pk_store_run_op(s, K_PROBE, pk_store_op_ping, NULL, why, sizeof why);
+    store_replay(s);
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
 }
 
 pk_store_result_t pk_plan_store_put(pk_plan_store_t *s, const char *plan_id, uint32_t nranks,
@@ -645,7 +676,7 @@ int pk_plan_store_open(const pk_plan_store_options_t *o, pk_plan_store_t **out, 
     PK_LOG_ERROR("plan store %s refused authentication (%s); serving without it "
                  "(--plan-store-optional) and retrying",
                  s->where, why);
-  if (pthread_create(&s->prober, NULL, pk_store_prober, s) == 0)
+  if (pthread_create(&s->prober, NULL, store_prober, s) == 0)
     s->prober_started = 1;
   else
     PK_LOG_WARN("plan store %s: no prober thread; reconnecting on calls only", s->where);

@@ -13,7 +13,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "clock.h"
 #include "log.h"
@@ -435,31 +434,6 @@ op_rc_t pk_store_op_ping(pk_plan_store_t *s, redisContext *c, void *arg, char *w
   }
   freeReplyObject(r);
   return rc;
-}
-
-void *pk_store_prober(void *arg) {
-  pk_plan_store_t *s = arg;
-  pthread_mutex_lock(&s->mu);
-  while (!s->stopping) {
-    double wait = (double)s->tun[T_PROBE] / 1000.0;
-    if (s->state == ST_DOWN)
-      wait = fmin(wait, fmax(0.001, s->retry_at - pk_monotonic_seconds()));
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + wait;
-    ts.tv_sec = (time_t)at;
-    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
-    pthread_cond_timedwait(&s->probe_cv, &s->mu, &ts);
-    if (s->stopping)
-      break;
-    pthread_mutex_unlock(&s->mu);
-    char why[300];
-    (void)pk_store_run_op(s, K_PROBE, pk_store_op_ping, NULL, why, sizeof why);
-    pk_store_replay(s);
-    pthread_mutex_lock(&s->mu);
-  }
-  pthread_mutex_unlock(&s->mu);
-  return NULL;
 }
 
 #endif

@@ -134,15 +134,7 @@ op_rc_t pk_store_next_reply(redisContext *c, redisReply **r, char *why, size_t w
 /* PING, for the prober and the first connection. */
 op_rc_t pk_store_op_ping(pk_plan_store_t *s, redisContext *c, void *arg, char *why, size_t wl);
 
-/* The prober thread's body: PING every probe interval, and after each
- * back-off while the store is down, until s->stopping. */
-void *pk_store_prober(void *arg);
-
 void pk_store_conn_free(conn_t *c);
-
-/* Writes the queued writes, oldest first, while the store takes them; on
- * the prober thread. */
-void pk_store_replay(pk_plan_store_t *s);
 
 /* Copies at most n bytes of s, with anything but printable ASCII and '"'
  * replaced by '?', for messages that quote what the store holds. */
