@@ -11,6 +11,9 @@
 # Output in $BUILD_DIR (default build-gpu-sh/): libpackd_gpu.so, test_gpu_cuda.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# CUDA_HOME and NCCL_ROOT of the pinned toolkit that scripts/bootstrap.sh
+# installs on machines without /usr/local/cuda (nothing changes elsewhere).
+. scripts/cuda-env.sh
 BUILD_DIR=${BUILD_DIR:-build-gpu-sh}
 CC=${CC:-cc}
 PY=${PY:-python3}
@@ -26,6 +29,11 @@ LIBS=(-lpthread)
 OBJS=()
 
 if [ "$PK_GPU_CUDA" = ON ]; then
+  # nvcc: $NVCC, else $CUDA_HOME/bin, else PATH, else /usr/local/cuda/bin
+  # (the order of gpu/CMakeLists.txt's lookup).
+  if [ -z "${NVCC:-}" ] && [ -n "${CUDA_HOME:-}" ] && [ -x "$CUDA_HOME/bin/nvcc" ]; then
+    NVCC=$CUDA_HOME/bin/nvcc
+  fi
   NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
   CUDA_HOME=${CUDA_HOME:-$(cd "$(dirname "$NVCC")/.." && pwd)}
   CFLAGS+=(-DPK_GPU_WITH_CUDA -isystem "$CUDA_HOME/include")

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Installs every build and test dependency of packd on Debian 12 (bookworm).
 # Needs root (or sudo). Safe to run again: apt-get skips what is installed.
-# CUDA and NCCL are not Debian packages: when /usr/local/cuda/bin/nvcc exists
-# the GPU agent's CUDA backend is compiled too, otherwise only its host
-# backend is built.
+# CUDA and NCCL are not Debian packages: a machine without a toolkit of its
+# own (/usr/local/cuda or CUDA_HOME) gets nvcc, the CUDA runtime and NCCL
+# from NVIDIA's PyPI wheels at pinned versions, in a folder outside the
+# repository (scripts/cuda-env.sh), so that the GPU agent's CUDA backend is
+# compiled everywhere; its tests skip where there is no GPU.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -18,6 +21,8 @@ PACKAGES=(
   clang-14 libfuzzer-14-dev libclang-rt-14-dev
   # gRPC C core, protobuf-c, libuv: the service and the C client.
   libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev
+  # zlib: the server inflates compressed requests itself (request_body.c).
+  zlib1g-dev
   # Standard formats: plan ids (xxhash), JSON (jansson), HTTP (http-parser).
   libxxhash-dev libjansson-dev libhttp-parser-dev
   # The shared plan store (--plan-store): the hiredis client library, and a
@@ -36,9 +41,15 @@ PACKAGES=(
   libssl-dev openssl
   # Small tools used by the tests and scripts.
   curl procps ca-certificates
+  # Containers (scripts/check-wheel.sh, scripts/verify-image.sh): podman with
+  # runc, a Debian base made with debootstrap, podman-compose.
+  podman runc debootstrap uidmap fuse-overlayfs slirp4netns podman-compose
 )
 
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -q
 $SUDO apt-get install -y -q --no-install-recommends "${PACKAGES[@]}"
+
+. scripts/cuda-env.sh
+pk_cuda_install
 echo "bootstrap: dependencies installed"

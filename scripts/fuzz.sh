@@ -15,8 +15,10 @@ JOBS=${JOBS:-$(nproc)}
 B=build-fuzz
 TARGETS=${PK_FUZZ_TARGETS:-fuzz_plan_bytes fuzz_packctl_input fuzz_http fuzz_gpu_layout}
 
+# PK_SELF_CHECK (implied by PK_FUZZ, named here to be plain): the planner
+# checks every stage's contract, and fuzz_plan_bytes aborts on a break.
 cmake -S . -B $B -DCMAKE_C_COMPILER=clang-14 -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPK_FUZZ=ON \
-  -DPK_WERROR=ON -DPK_BUILD_BENCH=OFF -DPK_BUILD_TESTS=OFF -DPK_GPU_CUDA=OFF >/dev/null
+  -DPK_SELF_CHECK=ON -DPK_WERROR=ON -DPK_BUILD_BENCH=OFF -DPK_BUILD_TESTS=OFF -DPK_GPU_CUDA=OFF >/dev/null
 # shellcheck disable=SC2086
 cmake --build $B -j "$JOBS" --target $TARGETS
 

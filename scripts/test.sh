@@ -3,11 +3,18 @@
 #   build/          RelWithDebInfo: integration tests, Python tests, GPU host tests
 #   build-asan/     AddressSanitizer + UBSan build: all C unit tests
 #   build-release/  Release (-O3, what packagers build): compiled only
-#   build-fuzz/     clang-14 libFuzzer build: every fuzz target runs
-#                   PK_FUZZ_SECONDS (default 30) seconds (scripts/fuzz.sh)
-# GPU tests that need a device skip with a message when there is none.
+#   build-checked/  RelWithDebInfo with the planner's self-checks
+#                   (PK_SELF_CHECK): libpackd.so and packctl, for the
+#                   plan-quality gate
+#   build-fuzz/     clang-14 libFuzzer build, self-checks on: every fuzz
+#                   target runs PK_FUZZ_SECONDS (default 30) seconds from its
+#                   corpus (scripts/fuzz.sh)
+# GPU tests that need a device skip with a message when there is none. The
+# CUDA backend is compiled in build/ wherever nvcc is found: the machine's
+# toolkit, or the pinned one scripts/bootstrap.sh installs (scripts/cuda-env.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/cuda-env.sh
 JOBS=${JOBS:-$(nproc)}
 PY=${PY:-/usr/bin/python3}
 
@@ -19,6 +26,11 @@ echo "== build (Release, -O3)"
 cmake -S . -B build-release -DCMAKE_BUILD_TYPE=Release -DPK_WERROR=ON -DPK_BUILD_BENCH=OFF \
   -DPK_GPU_CUDA=OFF >/dev/null
 cmake --build build-release -j "$JOBS"
+
+echo "== build (self-checked: libpackd.so and packctl for the quality gate)"
+cmake -S . -B build-checked -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPK_SELF_CHECK=ON -DPK_WERROR=ON \
+  -DPK_BUILD_BENCH=OFF -DPK_BUILD_TESTS=OFF -DPK_GPU_CUDA=OFF >/dev/null
+cmake --build build-checked -j "$JOBS" --target packd packctl
 
 echo "== build (asan+ubsan)"
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DPK_SANITIZE=ON -DPK_WERROR=ON -DPK_BUILD_BENCH=OFF \
@@ -38,12 +50,15 @@ if [ -d tests/python ]; then
   PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/python
 fi
 
+echo "== hostile clients (tests/hostile: bombs, slow and idle connections, store failures)"
+PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/hostile
+
 echo "== the documents run as written, examples and pictures up to date (tests/docs)"
 # A failure shows a diff; scripts/make-docs.sh refreshes the examples.
 PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/docs
 
-echo "== plan-quality gate (bench/quality/record.json)"
-PACKD_BUILD_DIR="$PWD/build" "$PY" bench/quality/run.py
+echo "== plan-quality gate (bench/quality/record.json), planner self-checks on"
+PACKD_BUILD_DIR="$PWD/build-checked" "$PY" bench/quality/run.py
 
 echo "== packed == padded on a torch model (tests/e2e)"
 if [ -d tests/e2e ]; then

@@ -31,8 +31,9 @@
 #   DRAIN_PATTERN (extended regex the stop log must match, default
 #   "all calls finished; exiting").
 # Needs root (podman, debootstrap); installs podman, runc and debootstrap
-# from Debian when they are missing. Takes 3-6 minutes on 2 cores, so it is
-# not part of CI; docs/deploy.md records its output.
+# from Debian when they are missing. On 2 cores: about 6 minutes on a new
+# machine (base image, then a build without cached layers), 1-2 minutes
+# after; .ci/run runs it after the tests. docs/deploy.md records its output.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD

@@ -9,8 +9,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
+#include "decode_budget.h"
 #include "pk_error.h"
 #include "pk_planner.h"
 #include "security.h"
@@ -56,6 +58,11 @@ static const setting_t k_settings[] = {
      "calls accepted and not finished; beyond it RESOURCE_EXHAUSTED"},
     {"max-message-bytes", "PACKD_MAX_MESSAGE_BYTES", K_BYTES, OFF(max_message_bytes), 1024,
      INT32_MAX, "largest gRPC message received or sent (suffix K, M, G)"},
+    {"max-decoded-bytes", "PACKD_MAX_DECODED_BYTES", K_BYTES, OFF(max_decoded_bytes), 0, INT64_MAX,
+     "request bytes held while decoding, all calls together; beyond it RESOURCE_EXHAUSTED "
+     "(0: a quarter of the container's memory, at least --max-message-bytes)"},
+    {"log-refused-interval", "PACKD_LOG_REFUSED_INTERVAL", K_SECONDS, OFF(log_refused_interval), 0,
+     0, "seconds between log lines of failed calls with one status code (0: one per call)"},
     {"max-sequences", "PACKD_MAX_SEQUENCES", K_INT, OFF(max_sequences), 0, 1 << 25,
      "sequences per Plan request; more get RESOURCE_EXHAUSTED before planning (0: no limit)"},
     {"max-plan-bytes", "PACKD_MAX_PLAN_BYTES", K_BYTES, OFF(max_plan_bytes), 0, INT64_MAX,
@@ -76,6 +83,8 @@ static const setting_t k_settings[] = {
      OFF(plan_store_password_file), 0, 0, "file whose first line is the store's password"},
     {"plan-store-prefix", "PACKD_PLAN_STORE_PREFIX", K_PREFIX, OFF(plan_store_prefix), 0, 0,
      "prefix of every key packd writes to the store"},
+    {"plan-store-optional", "PACKD_PLAN_STORE_OPTIONAL", K_FLAG, OFF(plan_store_optional), 0, 0,
+     "serve even when the store refuses the password at start-up (default: exit 2)"},
     /* Security (tls.h, auth.h, plan_id.h): files read at start-up; the token
      * file again on SIGHUP and when it changes. */
     {"tls-cert", "PACKD_TLS_CERT", K_PATH, OFF(tls_cert), 0, 0,
@@ -119,6 +128,11 @@ void pk_config_defaults(pk_server_config_t *cfg) {
   cfg->max_message_bytes = 64LL << 20;
   /* Refuse what cannot be answered before planning it: 4 Mi sequences
    * plan in seconds; the estimate is compared with the largest message. */
+  /* 0: pk_decode_budget_default, from the container's memory at start. */
+  cfg->max_decoded_bytes = 0;
+  /* A refused client is seen in the log within 10 s; the count on the next
+   * line says how many more there were. */
+  cfg->log_refused_interval = 10.0;
   cfg->max_sequences = (int)PK_DEFAULT_MAX_SEQUENCES;
   cfg->max_plan_bytes = (int64_t)PK_DEFAULT_MAX_PLAN_BYTES;
   cfg->cache_bytes = 256LL << 20;
@@ -303,7 +317,17 @@ static int apply(pk_server_config_t *cfg, const setting_t *st, const char *value
     return PK_OK;
   }
   case K_FLAG:
-    *(bool *)field = true;
+    /* A flag carries no value; its variable says 1/true/yes or 0/false/no. */
+    if (value[0] == '\0' || strcasecmp(value, "1") == 0 || strcasecmp(value, "true") == 0 ||
+        strcasecmp(value, "yes") == 0) {
+      *(bool *)field = true;
+    } else if (strcasecmp(value, "0") == 0 || strcasecmp(value, "false") == 0 ||
+               strcasecmp(value, "no") == 0) {
+      *(bool *)field = false;
+    } else {
+      snprintf(err, errlen, "%s: \"%.64s\" is not 1, true, yes, 0, false or no", origin, value);
+      return PK_EINVAL;
+    }
     return PK_OK;
   case K_URL: {
     pk_store_url_t u;
@@ -365,6 +389,14 @@ static int check_admission(const pk_server_config_t *cfg, char *err, size_t errl
   if (cfg->http_idle_timeout < 0.001 || cfg->http_idle_timeout > 3600) {
     snprintf(err, errlen, "--http-idle-timeout: %gs is not from 1ms to 3600s",
              cfg->http_idle_timeout);
+    return PK_EINVAL;
+  }
+  /* A budget below one message would refuse the largest request forever. */
+  if (cfg->max_decoded_bytes > 0 && cfg->max_decoded_bytes < cfg->max_message_bytes) {
+    snprintf(err, errlen,
+             "--max-decoded-bytes: %" PRId64 " is below --max-message-bytes %" PRId64
+             " (one largest request must fit in the budget)",
+             cfg->max_decoded_bytes, cfg->max_message_bytes);
     return PK_EINVAL;
   }
   return PK_OK;
@@ -477,6 +509,12 @@ void pk_config_describe(const pk_server_config_t *cfg, char *buf, size_t len) {
              " http_max_conns_per_peer=%d http_header_timeout=%gs http_idle_timeout=%gs",
              cfg->large_request_bytes, pk_config_large_workers(cfg), cfg->http_max_conns,
              cfg->http_max_conns_per_peer, cfg->http_header_timeout, cfg->http_idle_timeout);
+  used = strnlen(buf, len);
+  if (used < len)
+    snprintf(buf + used, len - used, " max_decoded_bytes=%" PRId64 " log_refused_interval=%gs",
+             cfg->max_decoded_bytes > 0 ? cfg->max_decoded_bytes
+                                        : pk_decode_budget_default(cfg->max_message_bytes),
+             cfg->log_refused_interval);
 }
 
 int pk_config_large_workers(const pk_server_config_t *cfg) {

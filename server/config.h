@@ -24,7 +24,12 @@ typedef struct pk_server_config {
   int workers;                          /* Completion-queue threads that also plan. */
   int max_inflight;                     /* Calls accepted and not finished; more get
                                          * RESOURCE_EXHAUSTED. */
-  int64_t max_message_bytes;            /* gRPC receive and send limit, per message. */
+  int64_t max_message_bytes;            /* gRPC receive and send limit, per message
+                                         * (also after inflating a compressed one). */
+  int64_t max_decoded_bytes;            /* Request bytes in memory, all calls together
+                                         * (decode_budget.h); 0: a quarter of the memory. */
+  double log_refused_interval;          /* Seconds between log lines of one refusal
+                                         * code (log_limit.h); 0: every call. */
   int max_sequences;                    /* Plan requests with more are refused; 0: none. */
   int64_t max_plan_bytes;               /* Plans estimated larger are refused; 0: none. */
   int64_t cache_bytes;                  /* Plan cache bound in bytes. */
@@ -36,6 +41,7 @@ typedef struct pk_server_config {
   char plan_store[PK_CONFIG_URL_MAX]; /* redis:// URL of the shared plan store; "" = none. */
   char plan_store_password_file[PK_CONFIG_PATH_MAX]; /* "" = the URL's password, if any. */
   char plan_store_prefix[PK_CONFIG_PREFIX_MAX];      /* Key prefix in the store. */
+  bool plan_store_optional; /* A store refusing the password does not stop start-up. */
   /* Transport security and authentication (tls.h, auth.h, plan_id.h); "" = off. */
   char tls_cert[PK_CONFIG_PATH_MAX];            /* PEM certificate chain served to clients. */
   char tls_key[PK_CONFIG_PATH_MAX];             /* PEM private key of tls_cert. */

@@ -3,12 +3,14 @@
  * Every request handed to gRPC (grpc_server_request_*call) uses one heap
  * context; the out-parameters of a request live in that context, because
  * gRPC writes them even when it fails the request at shutdown. A call that
- * arrived has two operations in gRPC at most, each with its own tag inside
- * the context: the close op (RECV_CLOSE_ON_SERVER, started at once, so that
- * a client that leaves is noticed while the call waits or plans) and the
- * final batch (the answer). The context is freed when both have completed
- * (a reference count), and only then is the call counted and logged, with
- * the close op's verdict.
+ * arrived has three operations in gRPC at most, each with its own tag
+ * inside the context: the close op (RECV_CLOSE_ON_SERVER, started at once,
+ * so that a client that leaves is noticed while the call waits or plans),
+ * the message op (RECV_MESSAGE, started only once the call is
+ * authenticated and admitted: the methods are registered without a payload
+ * so that no body is read before) and the final batch (the answer). The
+ * context is freed when all have completed (a reference count), and only
+ * then is the call counted and logged, with the close op's verdict.
  *
  * A count of live contexts, guarded by one mutex together with the posting
  * of new requests, tells when the server has really stopped: after the
@@ -33,9 +35,12 @@
 
 #include "call_stop.h"
 #include "clock.h"
+#include "grpc_int_arg.h"
 #include "handlers.h"
 #include "log.h"
+#include "log_limit.h"
 #include "pk_error.h"
+#include "request_body.h"
 #include "security.h"
 #include "work_queue.h"
 
@@ -54,8 +59,12 @@ static const pk_method_t k_kind_method[K_KINDS] = {PK_METHOD_PLAN, PK_METHOD_GET
  * not hold up a Health/Check on another connection. */
 #define PK_CQ_THREADS 2
 
+/* The most bytes a GetRankPlan or Health/Check request may inflate to: a
+ * plan id and a rank, or a service name, with room for unknown fields. */
+#define PK_SMALL_REQUEST_BYTES (64 << 10)
+
 /* What a completion-queue tag points to. */
-typedef enum { TAG_REQUEST = 0, TAG_CLOSE = 1, TAG_FINAL = 2 } tag_kind_t;
+typedef enum { TAG_REQUEST = 0, TAG_CLOSE = 1, TAG_FINAL = 2, TAG_MESSAGE = 3 } tag_kind_t;
 
 typedef struct call_ctx call_ctx_t;
 typedef struct ctx_tag {
@@ -67,7 +76,7 @@ struct call_ctx {
   pk_work_item_t work; /* First member: a queue item is its context. */
   pk_grpc_server_t *srv;
   kind_t kind;
-  ctx_tag_t t_request, t_close, t_final;
+  ctx_tag_t t_request, t_close, t_final, t_message;
   /* Out-parameters of the request; gRPC fills them. */
   grpc_call *call;
   gpr_timespec deadline;
@@ -75,8 +84,8 @@ struct call_ctx {
   grpc_byte_buffer *payload;
   grpc_call_details details; /* Generic requests only. */
   int no_payload;            /* The call arrived without its message. */
-  /* Operations in gRPC (close op, final batch); the last to complete frees
-   * the context. */
+  /* Operations in gRPC (close op, message, final batch); the last to
+   * complete frees the context. */
   atomic_int refs;
   int cancelled;       /* Written by gRPC when the close op completes. */
   pk_call_stop_t stop; /* The flag the planner polls (call_stop.h). */
@@ -106,7 +115,9 @@ struct pk_grpc_server {
   pk_plan_cache_t *cache;
   pk_plan_store_t *store;
   pk_metrics_t *metrics;
-  pk_security_t *security; /* TLS credentials, tokens, plan id key (security.h). */
+  pk_security_t *security;   /* TLS credentials, tokens, plan id key (security.h). */
+  pk_decode_budget_t budget; /* Request bytes in flight (decode_budget.h). */
+  pk_log_limit_t log_limit;  /* Refused calls' log lines (log_limit.h). */
   pk_stopped_fn on_stopped;
   void *user;
   atomic_bool serving;
@@ -177,6 +188,7 @@ static int post_request_locked(pk_grpc_server_t *s, kind_t kind) {
   ctx->t_request = (ctx_tag_t){ctx, TAG_REQUEST};
   ctx->t_close = (ctx_tag_t){ctx, TAG_CLOSE};
   ctx->t_final = (ctx_tag_t){ctx, TAG_FINAL};
+  ctx->t_message = (ctx_tag_t){ctx, TAG_MESSAGE};
   atomic_init(&ctx->refs, 0);
   pk_call_stop_init(&ctx->stop, &s->stop, INFINITY);
   atomic_init(&ctx->answered, 0);
@@ -187,9 +199,11 @@ static int post_request_locked(pk_grpc_server_t *s, kind_t kind) {
     err = grpc_server_request_call(s->server, &ctx->call, &ctx->details, &ctx->md, s->cq, s->cq,
                                    &ctx->t_request);
   } else {
+    /* No payload: the message is received by start_receive, after the call
+     * is authenticated and admitted. */
     err =
         grpc_server_request_registered_call(s->server, s->methods[kind], &ctx->call, &ctx->deadline,
-                                            &ctx->md, &ctx->payload, s->cq, s->cq, &ctx->t_request);
+                                            &ctx->md, NULL, s->cq, s->cq, &ctx->t_request);
   }
   if (err != GRPC_CALL_OK) {
     grpc_metadata_array_destroy(&ctx->md);
@@ -234,11 +248,24 @@ static void finish_call(call_ctx_t *ctx) {
   }
   pk_method_t method = k_kind_method[ctx->kind];
   pk_metrics_request(s->metrics, method, code, secs);
-  if (code != PK_GRPC_OK) {
-    pk_log(code == PK_GRPC_INTERNAL ? PK_LOG_ERROR : PK_LOG_WARN,
-           "rpc %s code=%s %.3fms seqs=%llu plan_id=%s: %s", pk_method_name(method),
-           pk_grpc_code_name(code), secs * 1e3, (unsigned long long)ctx->sequences,
-           ctx->plan_id[0] ? ctx->plan_id : "-", ctx->note);
+  if (code == PK_GRPC_INTERNAL) {
+    PK_LOG_ERROR("rpc %s code=%s %.3fms seqs=%llu plan_id=%s: %s", pk_method_name(method),
+                 pk_grpc_code_name(code), secs * 1e3, (unsigned long long)ctx->sequences,
+                 ctx->plan_id[0] ? ctx->plan_id : "-", ctx->note);
+  } else if (code != PK_GRPC_OK) {
+    /* Refused and failed calls: at most one line per code and interval, with
+     * the count of those left out (a client without a token must not fill
+     * the log). */
+    uint64_t more = 0;
+    if (pk_log_limit_admit(&s->log_limit, code, pk_monotonic_seconds(), &more)) {
+      char tail[96] = "";
+      if (more > 0)
+        snprintf(tail, sizeof tail, " (and %llu more %s calls since the last such line)",
+                 (unsigned long long)more, pk_grpc_code_name(code));
+      PK_LOG_WARN("rpc %s code=%s %.3fms seqs=%llu plan_id=%s: %s%s", pk_method_name(method),
+                  pk_grpc_code_name(code), secs * 1e3, (unsigned long long)ctx->sequences,
+                  ctx->plan_id[0] ? ctx->plan_id : "-", ctx->note, tail);
+    }
   } else if (pk_log_enabled(PK_LOG_DEBUG)) {
     pk_log(PK_LOG_DEBUG, "rpc %s code=OK %.3fms seqs=%llu plan_id=%s", pk_method_name(method),
            secs * 1e3, (unsigned long long)ctx->sequences, ctx->plan_id[0] ? ctx->plan_id : "-");
@@ -303,24 +330,33 @@ static void send_answer(call_ctx_t *ctx, pk_reply_t *reply) {
   }
 }
 
-/* Runs the handler of a registered method on the request bytes. */
+/* The most bytes a request of this kind may decode to. */
+static int64_t body_limit(const call_ctx_t *ctx) {
+  return ctx->kind == K_PLAN ? ctx->srv->cfg.max_message_bytes : PK_SMALL_REQUEST_BYTES;
+}
+
+/* Runs the handler of a registered method on the request bytes: the
+ * message is read (and inflated) here, under the decoded-bytes budget, and
+ * its bytes are held, and charged, until the handler returns. */
 static void run_handler(call_ctx_t *ctx, pk_reply_t *reply) {
   pk_grpc_server_t *s = ctx->srv;
   if (ctx->payload == NULL) {
     pk_reply_error(reply, PK_GRPC_INVALID_ARGUMENT, "request: the call carried no message");
     return;
   }
-  grpc_byte_buffer_reader rd;
-  if (!grpc_byte_buffer_reader_init(&rd, ctx->payload)) {
-    pk_reply_error(reply, PK_GRPC_INVALID_ARGUMENT, "request: cannot read the message bytes");
-    return;
-  }
-  grpc_slice bytes = grpc_byte_buffer_reader_readall(&rd);
-  grpc_byte_buffer_reader_destroy(&rd);
-  /* The request is in `bytes` now; drop the buffer before planning so that a
-   * large request is not held twice. */
+  pk_request_body_t body;
+  char why[sizeof reply->message];
+  pk_body_result_t br =
+      pk_request_body_read(ctx->payload, body_limit(ctx), &s->budget, &body, why, sizeof why);
+  /* The request is in `body` now (or refused); drop the buffer before
+   * planning so that a large request is not held twice. */
   grpc_byte_buffer_destroy(ctx->payload);
   ctx->payload = NULL;
+  if (br != PK_BODY_OK) {
+    pk_reply_error(reply, br == PK_BODY_BAD ? PK_GRPC_INVALID_ARGUMENT : PK_GRPC_RESOURCE_EXHAUSTED,
+                   "%s", why);
+    return;
+  }
 
   pk_handler_env_t env = {
       .cache = s->cache,
@@ -335,23 +371,21 @@ static void run_handler(call_ctx_t *ctx, pk_reply_t *reply) {
       .store = s->store,
       .plan_id_key = pk_security_plan_id_key(s->security),
   };
-  const uint8_t *p = GRPC_SLICE_START_PTR(bytes);
-  size_t len = GRPC_SLICE_LENGTH(bytes);
   switch (ctx->kind) {
   case K_PLAN:
-    pk_handle_plan(&env, p, len, reply);
+    pk_handle_plan(&env, body.bytes, body.len, reply);
     break;
   case K_GET_RANK:
-    pk_handle_get_rank_plan(&env, p, len, reply);
+    pk_handle_get_rank_plan(&env, body.bytes, body.len, reply);
     break;
   case K_HEALTH:
-    pk_handle_health_check(&env, p, len, reply);
+    pk_handle_health_check(&env, body.bytes, body.len, reply);
     break;
   default:
     pk_reply_error(reply, PK_GRPC_INTERNAL, "no handler");
     break;
   }
-  grpc_slice_unref(bytes);
+  pk_request_body_free(&body);
 }
 
 /* On a planning worker: a Plan or GetRankPlan taken off the queue. */
@@ -400,14 +434,34 @@ static double deadline_mono(const call_ctx_t *ctx) {
   return pk_monotonic_seconds() + (double)left.tv_sec + (double)left.tv_nsec * 1e-9;
 }
 
-/* On a completion-queue thread: a new call arrived on a pending request.
- * Health and unknown methods are answered here (no planning, no blocking);
- * Plan and GetRankPlan go to the admission queue. */
+/* Starts receiving the message of an admitted call; TAG_MESSAGE reports
+ * it (on_message). Returns false when gRPC refused the op. */
+static bool start_receive(call_ctx_t *ctx) {
+  atomic_fetch_add(&ctx->refs, 1);
+  grpc_op op;
+  memset(&op, 0, sizeof op);
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &ctx->payload;
+  grpc_call_error err = grpc_call_start_batch(ctx->call, &op, 1, &ctx->t_message, NULL);
+  if (err != GRPC_CALL_OK) {
+    atomic_fetch_sub(&ctx->refs, 1);
+    PK_LOG_ERROR("cannot receive a call's message: grpc_call_error %d", (int)err);
+    return false;
+  }
+  return true;
+}
+
+/* On a completion-queue thread: a new call arrived on a pending request,
+ * with its metadata only. Every call is authenticated first, from its
+ * metadata (only Health/Check needs no token); an unknown method is then
+ * answered UNIMPLEMENTED, and a call over --max-inflight or arriving while
+ * the server aborts is answered at once. Only an admitted call's message is
+ * received (start_receive): a client without credentials never has its body
+ * read or inflated. */
 static void start_call(call_ctx_t *ctx) {
   pk_grpc_server_t *s = ctx->srv;
   ctx->t_accept = pk_monotonic_seconds();
   ctx->stop.deadline = ctx->kind == K_GENERIC ? INFINITY : deadline_mono(ctx);
-  ctx->no_payload = ctx->kind != K_GENERIC && ctx->payload == NULL;
   long inflight = (long)atomic_fetch_add(&s->metrics->inflight, 1) + 1;
   ctx->counted_inflight = 1;
 
@@ -426,31 +480,55 @@ static void start_call(call_ctx_t *ctx) {
 
   pk_reply_t reply;
   memset(&reply, 0, sizeof reply);
-  if (ctx->kind == K_GENERIC) {
+  if (pk_security_authorize(s->security, ctx->kind == K_HEALTH, &ctx->md, reply.message,
+                            sizeof reply.message) != PK_OK) {
+    reply.code = GRPC_STATUS_UNAUTHENTICATED;
+  } else if (ctx->kind == K_GENERIC) {
     char *path = grpc_slice_to_c_string(ctx->details.method);
     pk_reply_error(&reply, PK_GRPC_UNIMPLEMENTED, "method %.120s is not implemented by packd",
                    path ? path : "?");
     gpr_free(path);
-  } else if (pk_security_authorize(s->security, ctx->kind == K_HEALTH, &ctx->md, reply.message,
-                                   sizeof reply.message) != PK_OK) {
-    reply.code = GRPC_STATUS_UNAUTHENTICATED;
-  } else if (ctx->kind == K_HEALTH) {
-    run_handler(ctx, &reply);
-  } else if (inflight > s->cfg.max_inflight) {
+  } else if (ctx->kind != K_HEALTH && inflight > s->cfg.max_inflight) {
     atomic_fetch_add(&s->metrics->rejected_inflight, 1);
     pk_reply_error(&reply, PK_GRPC_RESOURCE_EXHAUSTED,
                    "server busy: %ld calls in flight, over --max-inflight %d; retry later",
                    inflight, s->cfg.max_inflight);
+  } else if (ctx->kind != K_HEALTH && pk_server_stop_aborting(&s->stop)) {
+    pk_call_stop_set(&ctx->stop, PK_STOP_SHUTDOWN, atomic_load(&s->stop.t_abort));
+    pk_call_stop_reply(&ctx->stop, &reply, "before the server started the call", s->metrics);
+  } else if (start_receive(ctx)) {
+    return;
+  } else {
+    pk_reply_error(&reply, PK_GRPC_INTERNAL, "cannot receive the call's message");
+  }
+  send_answer(ctx, &reply);
+}
+
+/* On a completion-queue thread: the message of an admitted call arrived
+ * (or the call ended without one). Health is answered here (no planning,
+ * no blocking); Plan and GetRankPlan go to the admission queue. The
+ * message op's reference is dropped last. */
+static void on_message(call_ctx_t *ctx, int success) {
+  pk_grpc_server_t *s = ctx->srv;
+  pk_reply_t reply;
+  memset(&reply, 0, sizeof reply);
+  ctx->no_payload = !success || ctx->payload == NULL;
+  if (ctx->no_payload) {
+    pk_reply_error(&reply, PK_GRPC_INVALID_ARGUMENT, "request: the call carried no message");
+  } else if (ctx->kind == K_HEALTH) {
+    run_handler(ctx, &reply);
   } else if (pk_server_stop_aborting(&s->stop)) {
     pk_call_stop_set(&ctx->stop, PK_STOP_SHUTDOWN, atomic_load(&s->stop.t_abort));
     pk_call_stop_reply(&ctx->stop, &reply, "before the server started the call", s->metrics);
   } else {
-    int large = ctx->kind == K_PLAN && ctx->payload != NULL &&
+    int large = ctx->kind == K_PLAN &&
                 (int64_t)grpc_byte_buffer_length(ctx->payload) >= s->cfg.large_request_bytes;
     pk_work_queue_push(&s->queue, &ctx->work, large);
+    release(ctx);
     return;
   }
   send_answer(ctx, &reply);
+  release(ctx);
 }
 
 /* On a completion-queue thread: the close op completed. When the client
@@ -492,6 +570,9 @@ static void process_event(pk_grpc_server_t *s, grpc_event ev) {
     break;
   case TAG_CLOSE:
     on_close(ctx);
+    break;
+  case TAG_MESSAGE:
+    on_message(ctx, ev.success);
     break;
   case TAG_REQUEST:
     if (!ev.success) {
@@ -546,15 +627,6 @@ static void stop_at_start(pk_grpc_server_t *s) {
   pk_grpc_server_destroy(s);
 }
 
-static grpc_arg int_arg(const char *key, int value) {
-  grpc_arg a;
-  memset(&a, 0, sizeof a);
-  a.type = GRPC_ARG_INTEGER;
-  a.key = (char *)key;
-  a.value.integer = value;
-  return a;
-}
-
 int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
                          pk_plan_store_t *store, pk_metrics_t *metrics, pk_stopped_fn on_stopped,
                          void *user, pk_grpc_server_t **out, int *bound_port, char *err,
@@ -584,28 +656,35 @@ int pk_grpc_server_start(const pk_server_config_t *cfg, pk_plan_cache_t *cache,
   pk_server_stop_init(&s->stop);
   pthread_mutex_init(&s->mu, NULL);
   pk_work_queue_init(&s->queue, pk_config_large_workers(cfg));
+  pk_decode_budget_init(&s->budget, cfg->max_decoded_bytes > 0
+                                        ? cfg->max_decoded_bytes
+                                        : pk_decode_budget_default(cfg->max_message_bytes));
+  pk_log_limit_init(&s->log_limit, cfg->log_refused_interval);
 
   int maxmsg = cfg->max_message_bytes > INT32_MAX ? INT32_MAX : (int)cfg->max_message_bytes;
   grpc_arg args[] = {
-      int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, maxmsg),
-      int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, maxmsg),
+      pk_grpc_int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, maxmsg),
+      pk_grpc_int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, maxmsg),
       /* Off, so that a second server on the same port fails to bind instead
        * of silently sharing it. */
-      int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0),
-      int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, 60000),
-      int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000),
-      int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1),
+      pk_grpc_int_arg(GRPC_ARG_ALLOW_REUSEPORT, 0),
+      pk_grpc_int_arg(GRPC_ARG_KEEPALIVE_TIME_MS, 60000),
+      pk_grpc_int_arg(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000),
+      pk_grpc_int_arg(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1),
       /* Accept client keepalive pings as often as every 10 s. */
-      int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000),
-      int_arg(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0),
+      pk_grpc_int_arg(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10000),
+      pk_grpc_int_arg(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0),
+      /* Off: a compressed message is inflated by request_body.c, after the
+       * call is authenticated and under the decoded-bytes budget. */
+      pk_grpc_int_arg(GRPC_ARG_ENABLE_PER_MESSAGE_DECOMPRESSION, 0),
   };
   grpc_channel_args cargs = {sizeof args / sizeof args[0], args};
   s->server = grpc_server_create(&cargs, NULL);
   s->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->cq, NULL);
   for (int k = 0; k < K_GENERIC; k++)
-    s->methods[k] = grpc_server_register_method(s->server, k_paths[k], NULL,
-                                                GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
+    s->methods[k] =
+        grpc_server_register_method(s->server, k_paths[k], NULL, GRPC_SRM_PAYLOAD_NONE, 0);
 
   grpc_server_credentials *creds = pk_security_credentials(s->security);
   int port = creds != NULL ? grpc_server_add_http2_port(s->server, cfg->listen, creds) : 0;
@@ -717,6 +796,10 @@ void pk_grpc_server_queue_stats(pk_grpc_server_t *s, int64_t *queued_small, int6
   *queued_small = (int64_t)pk_work_queue_depth(&s->queue, 0);
   *queued_large = (int64_t)pk_work_queue_depth(&s->queue, 1);
   *running_large = pk_work_queue_running_large(&s->queue);
+}
+
+const pk_decode_budget_t *pk_grpc_server_decode_budget(const pk_grpc_server_t *s) {
+  return &s->budget;
 }
 
 void pk_grpc_server_destroy(pk_grpc_server_t *s) {

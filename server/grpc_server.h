@@ -2,12 +2,15 @@
  *
  * Threads: two completion-queue threads poll the one completion queue (in
  * gRPC core they also drive the network I/O) and never plan: they accept
- * calls, answer Health/Check and unknown methods at once, learn when a
+ * calls, authenticate them from their metadata before receiving their
+ * message, answer Health/Check and unknown methods at once, learn when a
  * client goes away, and put Plan and GetRankPlan calls on the admission
- * queue (work_queue.h). --workers planning threads take calls from that
- * queue and run the handlers (handlers.h); large Plans may use at most
- * --large-workers of them. So Health is answered while every worker plans,
- * and small calls always find a worker.
+ * queue (work_queue.h). A compressed message is inflated by packd, under
+ * the decoded-bytes budget (request_body.h, decode_budget.h). --workers
+ * planning threads take calls from that queue and run the handlers
+ * (handlers.h); large Plans may use at most --large-workers of them. So
+ * Health is answered while every worker plans, and small calls always find
+ * a worker.
  *
  * Stopping a call: every call has a stop flag that the planner polls
  * (pk_limits_t.should_stop). It is set when the client goes away (the
@@ -20,7 +23,8 @@
  *
  * Methods: packd.v1.Planner/Plan, packd.v1.Planner/GetRankPlan and
  * grpc.health.v1.Health/Check are registered; a generic request is always
- * pending so that any other method gets UNIMPLEMENTED at once.
+ * pending so that any other method gets UNIMPLEMENTED at once (after the
+ * token check: UNAUTHENTICATED without credentials).
  *
  * Lifecycle (all from one controlling thread, the libuv loop in main.c):
  *   pk_grpc_server_start -> ... -> pk_grpc_server_set_serving(false)
@@ -38,6 +42,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "decode_budget.h"
 #include "metrics.h"
 #include "plan_cache.h"
 #include "plan_store.h"
@@ -86,6 +91,9 @@ void pk_grpc_server_queue_stats(pk_grpc_server_t *s, int64_t *queued_small, int6
  * against the new tokens. Returns 0 with a log line in msg, or a negative
  * pk_error code with why in msg (the tokens loaded before stay). */
 int pk_grpc_server_reload_auth(pk_grpc_server_t *s, char *msg, size_t msglen);
+
+/* The budget of request bytes in flight, for /metrics. */
+const pk_decode_budget_t *pk_grpc_server_decode_budget(const pk_grpc_server_t *s);
 
 /* Joins the workers and frees the server. Call only after on_stopped ran. */
 void pk_grpc_server_destroy(pk_grpc_server_t *s);

@@ -10,7 +10,6 @@
 
 #include "clock.h"
 #include "codec.h"
-#include "codec_dcp.h"
 #include "grpc/health/v1/health.pb-c.h"
 #include "packd/v1/packd.pb-c.h"
 #include "pk_planner.h"
@@ -31,83 +30,54 @@ static void reply_reset(pk_reply_t *reply) {
   memset(reply, 0, sizeof *reply);
 }
 
+/* The keyed plan id (plan_id.h) for pk_plan_request. */
+static void keyed_plan_id(const void *key, const Packd__V1__PlanRequest *msg, char *id,
+                          size_t idlen) {
+  pk_plan_id_for(key, msg, id, idlen);
+}
+
 void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
                     pk_reply_t *reply) {
   reply_reset(reply);
   char err[sizeof reply->message];
-  err[0] = '\0';
-  Packd__V1__PlanRequest *msg = NULL;
-  pk_request_t preq;
-  int rc = pk_codec_decode_request(req, len, &msg, &preq, err, sizeof err);
+  pk_plan_call_t call = {.limits = env->plan_limits,
+                         .max_bytes = env->max_message_bytes,
+                         .plan_id = keyed_plan_id,
+                         .plan_id_arg = env->plan_id_key};
+  int rc = pk_plan_request(req, len, &call, err, sizeof err);
+  reply->sequences = call.sequences;
+  snprintf(reply->plan_id, sizeof reply->plan_id, "%s", call.id);
   if (rc != PK_OK) {
-    pk_reply_error(reply, pk_status_from_error(rc), "%s",
-                   err[0] ? err : "request is not a valid packd.v1.PlanRequest");
-    return;
-  }
-  reply->sequences = preq.n;
-  pk_plan_id_for(env->plan_id_key, msg, reply->plan_id, sizeof reply->plan_id);
-  if (reply->plan_id[0] == '\0') {
-    pk_codec_free_request(msg);
-    pk_reply_error(reply, PK_GRPC_INTERNAL, "plan_id: the keyed id could not be computed");
-    return;
-  }
-  if (pk_codec_is_dcp(msg)) {
-    pk_handle_plan_dcp(env, msg, reply);
-    pk_codec_free_request(msg);
-    return;
-  }
-
-  double t0 = pk_monotonic_seconds();
-  pk_plan_t *plan = NULL;
-  rc = pk_plan_limited(&preq, &env->plan_limits, &plan, err, sizeof err);
-  double t1 = pk_monotonic_seconds();
-  if (rc != PK_OK) {
-    pk_codec_free_request(msg);
     pk_reply_error(reply, pk_status_from_error(rc), "%s", err[0] ? err : pk_strerror(rc));
     return;
   }
-  pk_packed_plan_t pp;
-  rc = pk_codec_pack_plan(plan, reply->plan_id, env->max_message_bytes, &pp);
-  pk_plan_free(plan);
-  pk_codec_free_request(msg);
-  size_t n_ranks = pp.n_ranks;
-  if (rc == PK_EINVAL) {
-    pk_reply_error(reply, PK_GRPC_RESOURCE_EXHAUSTED,
-                   "the plan for %llu sequences is %zu bytes, over --max-message-bytes %lld",
-                   (unsigned long long)reply->sequences, pp.resp_len,
-                   (long long)env->max_message_bytes);
-  } else if (rc == PK_ENOMEM) {
-    pk_reply_error(reply, PK_GRPC_RESOURCE_EXHAUSTED, "cannot allocate %zu bytes for the plan",
-                   pp.resp_len);
-  } else if (rc != PK_OK) {
-    pk_reply_error(reply, pk_status_from_error(rc), "cannot encode the plan: %s", pk_strerror(rc));
-  } else {
-    reply->bytes = pp.resp;
-    reply->len = pp.resp_len;
-    pp.resp = NULL;
-    if (env->store != NULL) {
-      /* A failed write leaves the plan on this server only; the store logs
-       * the outage once and counts it. */
-      char why[512];
-      double ts = pk_monotonic_seconds();
-      (void)pk_plan_store_put(env->store, reply->plan_id, (uint32_t)n_ranks, pp.ranks, pp.off, why,
-                              sizeof why);
-      if (env->metrics != NULL)
-        pk_histogram_observe_seconds(&env->metrics->store_write_seconds,
-                                     pk_monotonic_seconds() - ts);
-    }
-    if (env->cache != NULL) {
-      /* The cache owns the rank bytes from here on, also when it refuses
-       * them (a plan larger than the cache is simply not kept). */
-      pk_plan_cache_put(env->cache, reply->plan_id, (uint32_t)n_ranks, pp.ranks, pp.off, env->now);
-      pp.ranks = NULL;
-    }
-    reply->code = PK_GRPC_OK;
+  pk_packed_plan_t *pp = &call.packed;
+  reply->bytes = pp->resp;
+  reply->len = pp->resp_len;
+  pp->resp = NULL;
+  /* A dynamic-CP plan has no RankPlans (it is answered whole): nothing for
+   * GetRankPlan to serve, so nothing to keep. */
+  if (env->store != NULL && pp->n_ranks > 0) {
+    /* A failed write leaves the plan on this server only; the store logs
+     * the outage once and counts it. */
+    char why[512];
+    double ts = pk_monotonic_seconds();
+    (void)pk_plan_store_put(env->store, reply->plan_id, (uint32_t)pp->n_ranks, pp->ranks, pp->off,
+                            why, sizeof why);
+    if (env->metrics != NULL)
+      pk_histogram_observe_seconds(&env->metrics->store_write_seconds, pk_monotonic_seconds() - ts);
   }
-  pk_packed_plan_free(&pp);
-  double t2 = pk_monotonic_seconds();
-  if (env->metrics != NULL && reply->code == PK_GRPC_OK)
-    pk_metrics_plan(env->metrics, reply->sequences, t1 - t0, t2 - t1);
+  if (env->cache != NULL && pp->n_ranks > 0) {
+    /* The cache owns the rank bytes from here on, also when it refuses
+     * them (a plan larger than the cache is simply not kept). */
+    pk_plan_cache_put(env->cache, reply->plan_id, (uint32_t)pp->n_ranks, pp->ranks, pp->off,
+                      env->now);
+    pp->ranks = NULL;
+  }
+  reply->code = PK_GRPC_OK;
+  pk_packed_plan_free(pp);
+  if (env->metrics != NULL)
+    pk_metrics_plan(env->metrics, reply->sequences, call.plan_seconds, call.pack_seconds);
 }
 
 typedef struct sink {

@@ -13,8 +13,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "packd/v1/packd.pb-c.h"
-
 #include "grpc_status_names.h"
 #include "metrics.h"
 #include "pk_planner.h"
@@ -50,13 +48,6 @@ typedef struct pk_reply {
  * comes before the answer, so a trainer that has the plan can hand its id to
  * workers that ask any replica; a failed write does not fail the Plan. */
 void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len, pk_reply_t *reply);
-
-/* Plan of a request with parallel.dynamic_cp (handlers_dcp.c), called by
- * pk_handle_plan once the request is decoded and its plan id set: plan and
- * answer PlanResponse.dynamic_cp. Such plans have no RankPlans, so nothing
- * goes to the cache or the store. msg stays the caller's. */
-void pk_handle_plan_dcp(const pk_handler_env_t *env, const Packd__V1__PlanRequest *msg,
-                        pk_reply_t *reply);
 
 /* packd.v1.Planner/GetRankPlan: one rank of a plan from the cache or, on a
  * miss, from the plan store (which then fills the cache). NOT_FOUND naming

@@ -188,6 +188,7 @@ static void route(void *user, const char *method, const char *path, pk_http_repl
         .store = app->store != NULL ? &ss : NULL,
         .large_workers = pk_config_large_workers(&app->cfg),
         .http_conns = pk_http_connections(app->http),
+        .decode = pk_grpc_server_decode_budget(app->grpc),
     };
     pk_grpc_server_queue_stats(app->grpc, &view.queued_small, &view.queued_large,
                                &view.running_large);
@@ -287,6 +288,8 @@ int main(int argc, char **argv) {
         .ttl = app.cfg.cache_ttl,
         .workers = app.cfg.workers,
         .cache = app.cache,
+        .max_value_bytes = app.cfg.max_message_bytes,
+        .optional = app.cfg.plan_store_optional,
     };
     rc = pk_plan_store_open(&so, &app.store, err, sizeof err);
     memset(password, 0, sizeof password);

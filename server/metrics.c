@@ -178,6 +178,20 @@ static void render_store(sbuf_t *b, const pk_metrics_t *m, const pk_store_stats_
   sb_printf(b, "packd_plan_store_connects_total %" PRIu64 "\n", st->connects);
   header(b, "packd_plan_store_outages_total", "counter", "Times the plan store was marked down.");
   sb_printf(b, "packd_plan_store_outages_total %" PRIu64 "\n", st->outages);
+  header(b, "packd_plan_store_replay_queued", "gauge",
+         "Plans the store missed (down, stalled), waiting to be written when it is back.");
+  sb_printf(b, "packd_plan_store_replay_queued %" PRIu64 "\n", st->replay_queued);
+  header(b, "packd_plan_store_replay_queued_bytes", "gauge",
+         "Bytes held by the replay queue (bounded by PACKD_PLAN_STORE_REPLAY_BYTES).");
+  sb_printf(b, "packd_plan_store_replay_queued_bytes %" PRIu64 "\n", st->replay_queued_bytes);
+  header(b, "packd_plan_store_replay_total", "counter",
+         "Missed plan writes by outcome: written when the store was back, dropped for room "
+         "(oldest first), or expired before it was back.");
+  sb_printf(b, "packd_plan_store_replay_total{result=\"written\"} %" PRIu64 "\n", st->replayed);
+  sb_printf(b, "packd_plan_store_replay_total{result=\"dropped\"} %" PRIu64 "\n",
+            st->replay_dropped);
+  sb_printf(b, "packd_plan_store_replay_total{result=\"expired\"} %" PRIu64 "\n",
+            st->replay_expired);
   header(b, "packd_plan_store_write_duration_seconds", "histogram",
          "Time Plan spent writing a plan to the store (also when it failed).");
   histogram(b, "packd_plan_store_write_duration_seconds", "", &m->store_write_seconds,
@@ -287,6 +301,24 @@ int pk_metrics_render(const pk_metrics_t *m, const pk_metrics_view_t *view, char
   header(&b, "packd_http_timed_out_total", "counter",
          "Metrics-port connections closed by --http-header-timeout or --http-idle-timeout.");
   sb_printf(&b, "packd_http_timed_out_total %" PRIu64 "\n", ld(&m->http_timed_out));
+
+  if (view->decode != NULL) {
+    const pk_decode_budget_t *d = view->decode;
+    header(&b, "packd_decoded_bytes_limit", "gauge",
+           "The --max-decoded-bytes budget of request bytes held while decoding, all calls.");
+    sb_printf(&b, "packd_decoded_bytes_limit %" PRId64 "\n", d->limit);
+    header(&b, "packd_decoded_bytes", "gauge",
+           "Request bytes (received and inflated) held by calls now.");
+    sb_printf(&b, "packd_decoded_bytes %" PRIdFAST64 "\n", atomic_load(&d->used));
+    header(&b, "packd_decoded_bytes_peak", "gauge", "The most request bytes held at once.");
+    sb_printf(&b, "packd_decoded_bytes_peak %" PRIdFAST64 "\n", atomic_load(&d->peak));
+    header(&b, "packd_decode_budget_refused_total", "counter",
+           "Calls answered RESOURCE_EXHAUSTED because --max-decoded-bytes was reached.");
+    sb_printf(&b, "packd_decode_budget_refused_total %" PRIu64 "\n", ld(&d->refused));
+    header(&b, "packd_memory_trims_total", "counter",
+           "Times free memory was returned to the system after a burst of large requests.");
+    sb_printf(&b, "packd_memory_trims_total %" PRIu64 "\n", ld(&d->trims));
+  }
 
   if (view->cache != NULL) {
     const pk_cache_stats_t *cs = view->cache;

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "decode_budget.h"
 #include "grpc_status_names.h"
 #include "plan_cache.h"
 #include "plan_store.h"
@@ -74,13 +75,14 @@ typedef struct pk_metrics_view {
   const char *grpc_version; /* grpc core version string. */
   int workers;
   int max_inflight;
-  int64_t resident_bytes;        /* < 0: unknown, left out. */
-  const pk_store_stats_t *store; /* NULL: no plan store; its lines are left out. */
-  int large_workers;             /* Workers large Plans may use at once. */
-  int64_t queued_small;          /* Calls waiting for a worker, small lane. */
-  int64_t queued_large;          /* Calls waiting for a worker, large lane. */
-  int64_t running_large;         /* Large Plans being planned. */
-  int64_t http_conns;            /* Open metrics-port connections. */
+  int64_t resident_bytes;           /* < 0: unknown, left out. */
+  const pk_store_stats_t *store;    /* NULL: no plan store; its lines are left out. */
+  int large_workers;                /* Workers large Plans may use at once. */
+  int64_t queued_small;             /* Calls waiting for a worker, small lane. */
+  int64_t queued_large;             /* Calls waiting for a worker, large lane. */
+  int64_t running_large;            /* Large Plans being planned. */
+  int64_t http_conns;               /* Open metrics-port connections. */
+  const pk_decode_budget_t *decode; /* NULL: the decoded-bytes lines are left out. */
 } pk_metrics_view_t;
 
 void pk_metrics_init(pk_metrics_t *m, double start_time);

@@ -7,6 +7,7 @@
 #include "plan_store.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -21,11 +22,15 @@
 
 #ifdef PK_HAVE_HIREDIS
 
+/* More fields than any plan has ranks: refused without reading them. */
+#define PK_STORE_MAX_RANKS (1LL << 20)
+
 typedef struct write_arg {
   const char *key;
   int argc;
   const char **argv;
   const size_t *argvlen;
+  const char *ttl_ms; /* PEXPIRE's argument. */
 } write_arg_t;
 
 /* MULTI, DEL, HSET (every rank), PEXPIRE, EXEC: one round trip; the plan
@@ -33,7 +38,7 @@ typedef struct write_arg {
 static op_rc_t op_write(pk_plan_store_t *s, redisContext *c, void *arg, char *why, size_t wl) {
   write_arg_t *w = arg;
   const char *del[2] = {"DEL", w->key};
-  const char *exp[3] = {"PEXPIRE", w->key, s->ttl_ms};
+  const char *exp[3] = {"PEXPIRE", w->key, w->ttl_ms};
   if (redisAppendCommand(c, "MULTI") != REDIS_OK ||
       redisAppendCommandArgv(c, 2, del, NULL) != REDIS_OK ||
       redisAppendCommandArgv(c, w->argc, w->argv, w->argvlen) != REDIS_OK ||
@@ -59,6 +64,160 @@ static op_rc_t op_write(pk_plan_store_t *s, redisContext *c, void *arg, char *wh
     freeReplyObject(r);
   }
   return rc;
+}
+
+static void replay_free(replay_t *r) {
+  if (r == NULL)
+    return;
+  free(r->argv);
+  free(r->argvlen);
+  free(r->fields);
+  free(r->env);
+  free(r);
+}
+
+/* Keeps a write the store missed, dropping the oldest ones to stay within
+ * T_REPLAY_BYTES. Returns true when the entry took the buffers. */
+static bool enqueue_replay(pk_plan_store_t *s, const char *key, int argc, const char **argv,
+                           size_t *argvlen, char *fields, uint8_t *env, size_t env_bytes) {
+  size_t bytes = env_bytes + (size_t)argc * (sizeof *argv + sizeof *argvlen + 6) + sizeof(replay_t);
+  if (s->tun[T_REPLAY_BYTES] <= 0 || bytes > (size_t)s->tun[T_REPLAY_BYTES]) {
+    pthread_mutex_lock(&s->mu);
+    s->st.replay_dropped++;
+    pthread_mutex_unlock(&s->mu);
+    return false;
+  }
+  replay_t *r = calloc(1, sizeof *r);
+  if (r == NULL)
+    return false;
+  snprintf(r->key, sizeof r->key, "%s", key);
+  argv[1] = r->key;
+  r->made_at = pk_monotonic_seconds();
+  r->bytes = bytes;
+  r->argc = argc;
+  r->argv = argv;
+  r->argvlen = argvlen;
+  r->fields = fields;
+  r->env = env;
+  replay_t *dropped = NULL;
+  pthread_mutex_lock(&s->mu);
+  while (s->replay_head != NULL && s->replay_bytes + bytes > (size_t)s->tun[T_REPLAY_BYTES]) {
+    replay_t *old = s->replay_head;
+    s->replay_head = old->next;
+    if (s->replay_head == NULL)
+      s->replay_tail = NULL;
+    s->replay_bytes -= old->bytes;
+    s->st.replay_queued--;
+    s->st.replay_dropped++;
+    old->next = dropped;
+    dropped = old;
+  }
+  if (s->replay_tail != NULL)
+    s->replay_tail->next = r;
+  else
+    s->replay_head = r;
+  s->replay_tail = r;
+  s->replay_bytes += bytes;
+  s->st.replay_queued++;
+  s->st.replay_queued_bytes = s->replay_bytes;
+  pthread_mutex_unlock(&s->mu);
+  while (dropped != NULL) {
+    replay_t *n = dropped->next;
+    replay_free(dropped);
+    dropped = n;
+  }
+  return true;
+}
+
+/* Puts an entry the store did not take back at the front of the queue. */
+static void requeue_front(pk_plan_store_t *s, replay_t *r) {
+  pthread_mutex_lock(&s->mu);
+  r->next = s->replay_head;
+  s->replay_head = r;
+  if (s->replay_tail == NULL)
+    s->replay_tail = r;
+  s->replay_bytes += r->bytes;
+  s->st.replay_queued++;
+  s->st.replay_queued_bytes = s->replay_bytes;
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* Writes the queued writes, oldest first, while the store takes them; on
+ * the prober thread. */
+static void store_replay(pk_plan_store_t *s) {
+  uint64_t written = 0, expired = 0;
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    replay_t *r = s->state == ST_UP && !s->stopping ? s->replay_head : NULL;
+    if (r != NULL) {
+      s->replay_head = r->next;
+      if (s->replay_head == NULL)
+        s->replay_tail = NULL;
+      s->replay_bytes -= r->bytes;
+      s->st.replay_queued--;
+      s->st.replay_queued_bytes = s->replay_bytes;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (r == NULL)
+      break;
+    /* The plan keeps the expiry it would have had: the TTL from when it
+     * was made. */
+    double left = s->ttl - (pk_monotonic_seconds() - r->made_at);
+    if (left < 0.001) {
+      expired++;
+      pthread_mutex_lock(&s->mu);
+      s->st.replay_expired++;
+      pthread_mutex_unlock(&s->mu);
+      replay_free(r);
+      continue;
+    }
+    char ttl_ms[24], why[300];
+    snprintf(ttl_ms, sizeof ttl_ms, "%lld", (long long)ceil(left * 1000.0));
+    write_arg_t w = {r->key, r->argc, r->argv, r->argvlen, ttl_ms};
+    if (pk_store_run_op(s, K_WRITE, op_write, &w, why, sizeof why) != PK_STORE_OK) {
+      /* Down again: kept, for the next time it is up. */
+      requeue_front(s, r);
+      break;
+    }
+    written++;
+    pthread_mutex_lock(&s->mu);
+    s->st.replayed++;
+    pthread_mutex_unlock(&s->mu);
+    replay_free(r);
+  }
+  if (written > 0 || expired > 0)
+    PK_LOG_INFO("plan store %s: wrote %llu plans it missed while it failed (%llu had expired "
+                "before it was back)",
+                s->where, (unsigned long long)written, (unsigned long long)expired);
+}
+
+/* The prober thread: it pings a store that is down (or every probe
+ * interval when up) and, once the store answers, writes what the replay
+ * queue holds. It lives at this level, above the pool, because the
+ * replay is a store operation: the pool never calls back up. */
+static void *store_prober(void *arg) {
+  pk_plan_store_t *s = arg;
+  pthread_mutex_lock(&s->mu);
+  while (!s->stopping) {
+    double wait = (double)s->tun[T_PROBE] / 1000.0;
+    if (s->state == ST_DOWN)
+      wait = fmin(wait, fmax(0.001, s->retry_at - pk_monotonic_seconds()));
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + wait;
+    ts.tv_sec = (time_t)at;
+    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
+    pthread_cond_timedwait(&s->probe_cv, &s->mu, &ts);
+    if (s->stopping)
+      break;
+    pthread_mutex_unlock(&s->mu);
+    char why[300];
+    (void)pk_store_run_op(s, K_PROBE, pk_store_op_ping, NULL, why, sizeof why);
+    store_replay(s);
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
 }
 
 pk_store_result_t pk_plan_store_put(pk_plan_store_t *s, const char *plan_id, uint32_t nranks,
@@ -100,7 +259,7 @@ pk_store_result_t pk_plan_store_put(pk_plan_store_t *s, const char *plan_id, uin
     argvlen[3 + 2 * r] = n;
     p += n;
   }
-  write_arg_t w = {key, (int)argc, argv, argvlen};
+  write_arg_t w = {key, (int)argc, argv, argvlen, s->ttl_ms};
   char why[300];
   res = pk_store_run_op(s, K_WRITE, op_write, &w, why, sizeof why);
   pthread_mutex_lock(&s->mu);
@@ -111,8 +270,16 @@ pk_store_result_t pk_plan_store_put(pk_plan_store_t *s, const char *plan_id, uin
     s->skipped_in_outage++;
   }
   pthread_mutex_unlock(&s->mu);
-  if (res != PK_STORE_OK)
+  if (res != PK_STORE_OK) {
     snprintf(msg, msglen, "plan store %s: %s", s->where, why);
+    /* The queue takes the buffers. */
+    if (enqueue_replay(s, key, (int)argc, argv, argvlen, fields, env, total)) {
+      argv = NULL;
+      argvlen = NULL;
+      fields = NULL;
+      env = NULL;
+    }
+  }
 out:
   free(argv);
   free(argvlen);
@@ -200,13 +367,75 @@ out:
   free(plen);
 }
 
-/* HGETALL and PTTL of the plan's key, pipelined. */
+/* A reply that refuses the key as corrupt: f->rc and f->msg say why, and
+ * the error is logged. */
+static void refuse_key(pk_plan_store_t *s, fetch_t *f, const char *key, const char *why) {
+  f->rc = PK_STORE_CORRUPT;
+  snprintf(f->msg, sizeof f->msg,
+           "plan store %s: key \"%s\" %s; the value is refused and the plan is not served "
+           "(plan the same request again to rewrite it)",
+           s->where, key, why);
+  PK_LOG_ERROR("%s", f->msg);
+}
+
+/* The sizes of a plan's n values (fields "0" .. "n-1"), pipelined HSTRLEN,
+ * before anything is read: a value larger than a plan this server could
+ * have written is refused unread, so a planted or damaged huge value costs
+ * one round trip, not a read that outlasts the command timeout (which
+ * would mark the store down). Returns R_OK with *ok false when refused. */
+static op_rc_t check_sizes(pk_plan_store_t *s, redisContext *c, const char *key, fetch_t *f,
+                           long long n, bool *ok, char *why, size_t wl) {
+  *ok = false;
+  /* The envelope around each rank's plan, and a RankPlan's own fields. */
+  int64_t per_value = (int64_t)pk_store_envelope_size(f->plan_id, s->version, 0) + 256;
+  int64_t limit = s->max_value_bytes + (int64_t)n * per_value;
+  for (long long i = 0; i < n; i++) {
+    char field[24];
+    snprintf(field, sizeof field, "%lld", i);
+    const char *argv[3] = {"HSTRLEN", key, field};
+    if (redisAppendCommandArgv(c, 3, argv, NULL) != REDIS_OK) {
+      snprintf(why, wl, "cannot build the commands: %s", c->errstr);
+      return R_IO;
+    }
+  }
+  int64_t total = 0;
+  char bad[200] = "";
+  op_rc_t rc = R_OK;
+  for (long long i = 0; i < n; i++) {
+    redisReply *r;
+    op_rc_t got = pk_store_next_reply(c, &r, why, wl);
+    if (got != R_OK)
+      return got; /* The connection is dropped: unread replies go with it. */
+    if (rc == R_OK && r->type == REDIS_REPLY_ERROR) {
+      snprintf(why, wl, "HSTRLEN: %.200s", r->str);
+      rc = R_STORE_ERR;
+    } else if (bad[0] == '\0' && (r->type != REDIS_REPLY_INTEGER || r->integer <= 0)) {
+      snprintf(bad, sizeof bad, "has no value for rank %lld of %lld", i, n);
+    } else if (bad[0] == '\0') {
+      total += r->integer;
+      if (total > limit)
+        snprintf(bad, sizeof bad,
+                 "holds more than %" PRId64 " bytes (rank %lld alone is %lld), more than a plan "
+                 "within --max-message-bytes; not read",
+                 limit, i, r->integer);
+    }
+    freeReplyObject(r);
+  }
+  if (rc == R_OK && bad[0] != '\0')
+    refuse_key(s, f, key, bad);
+  *ok = rc == R_OK && bad[0] == '\0';
+  return rc;
+}
+
+/* HLEN and PTTL of the plan's key, the sizes of its values (check_sizes),
+ * then HGETALL: three round trips on a cache miss, so that nothing larger
+ * than a plan is ever read. */
 static op_rc_t op_read(pk_plan_store_t *s, redisContext *c, void *arg, char *why, size_t wl) {
   read_arg_t *a = arg;
   fetch_t *f = a->f;
-  const char *hg[2] = {"HGETALL", a->key};
+  const char *hl[2] = {"HLEN", a->key};
   const char *pt[2] = {"PTTL", a->key};
-  if (redisAppendCommandArgv(c, 2, hg, NULL) != REDIS_OK ||
+  if (redisAppendCommandArgv(c, 2, hl, NULL) != REDIS_OK ||
       redisAppendCommandArgv(c, 2, pt, NULL) != REDIS_OK) {
     snprintf(why, wl, "cannot build the commands: %s", c->errstr);
     return R_IO;
@@ -221,32 +450,50 @@ static op_rc_t op_read(pk_plan_store_t *s, redisContext *c, void *arg, char *why
     return rc;
   }
   double now = pk_monotonic_seconds();
+  long long n = h->type == REDIS_REPLY_INTEGER ? h->integer : -1;
+  long long left = t->type == REDIS_REPLY_INTEGER ? t->integer : -2;
+  if (h->type == REDIS_REPLY_ERROR && strncmp(h->str, "WRONGTYPE", 9) != 0) {
+    snprintf(why, wl, "HLEN: %.200s", h->str);
+    rc = R_STORE_ERR;
+  } else if (n < 0) {
+    refuse_key(s, f, a->key, "holds something other than a packd plan hash");
+  } else if (n == 0) {
+    f->rc = PK_STORE_ABSENT;
+  } else if (n > PK_STORE_MAX_RANKS) {
+    refuse_key(s, f, a->key, "has too many fields for a plan");
+  }
+  freeReplyObject(h);
+  freeReplyObject(t);
+  if (rc != R_OK || n <= 0 || n > PK_STORE_MAX_RANKS)
+    return rc;
+  bool ok;
+  rc = check_sizes(s, c, a->key, f, n, &ok, why, wl);
+  if (rc != R_OK || !ok)
+    return rc;
+  const char *hg[2] = {"HGETALL", a->key};
+  if (redisAppendCommandArgv(c, 2, hg, NULL) != REDIS_OK) {
+    snprintf(why, wl, "cannot build the commands: %s", c->errstr);
+    return R_IO;
+  }
+  rc = pk_store_next_reply(c, &h, why, wl);
+  if (rc != R_OK)
+    return rc;
   if (h->type == REDIS_REPLY_ERROR && strncmp(h->str, "WRONGTYPE", 9) != 0) {
     snprintf(why, wl, "HGETALL: %.200s", h->str);
     rc = R_STORE_ERR;
   } else if (h->type != REDIS_REPLY_ARRAY || h->elements % 2 != 0) {
-    f->rc = PK_STORE_CORRUPT;
-    snprintf(f->msg, sizeof f->msg,
-             "plan store %s: key \"%s\" holds something other than a packd plan hash; refused",
-             s->where, a->key);
-    PK_LOG_ERROR("%s", f->msg);
+    refuse_key(s, f, a->key, "holds something other than a packd plan hash");
   } else if (h->elements == 0) {
-    f->rc = PK_STORE_ABSENT;
-  } else if (h->elements / 2 > UINT32_MAX) {
-    f->rc = PK_STORE_CORRUPT;
-    snprintf(f->msg, sizeof f->msg, "plan store %s: key \"%s\" has too many fields", s->where,
-             a->key);
+    f->rc = PK_STORE_ABSENT; /* Expired between the two reads. */
   } else {
     parse_plan(s, a->key, h, f);
     /* Cached only as long as the store keeps it: PTTL -1 (no expiry) counts
      * as just written, -2 (expired since) is served once, not cached. */
-    long long left = t->type == REDIS_REPLY_INTEGER ? t->integer : -2;
     f->cacheable = left != -2;
     double age = left >= 0 ? fmax(0.0, s->ttl - (double)left / 1000.0) : 0.0;
     f->stored_at = now - age;
   }
   freeReplyObject(h);
-  freeReplyObject(t);
   return rc;
 }
 
@@ -404,6 +651,7 @@ int pk_plan_store_open(const pk_plan_store_options_t *o, pk_plan_store_t **out, 
   s->max_idle =
       s->tun[T_POOL_IDLE] > 0 ? (int)s->tun[T_POOL_IDLE] : (o->workers > 0 ? o->workers : 1);
   s->st.where = s->where;
+  s->max_value_bytes = o->max_value_bytes > 0 ? o->max_value_bytes : INT64_MAX / 2;
   pthread_mutex_init(&s->mu, NULL);
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
@@ -415,7 +663,20 @@ int pk_plan_store_open(const pk_plan_store_options_t *o, pk_plan_store_t **out, 
    * a store that is down is retried by the prober. */
   char why[300];
   (void)pk_store_run_op(s, K_PROBE, pk_store_op_ping, NULL, why, sizeof why);
-  if (pthread_create(&s->prober, NULL, pk_store_prober, s) == 0)
+  if (s->auth_refused && !o->optional) {
+    snprintf(err, errlen,
+             "--plan-store %s refused authentication (%s): fix the password "
+             "(--plan-store-password-file or the URL), or pass --plan-store-optional to serve "
+             "without the store until it accepts",
+             s->where, why);
+    pk_plan_store_close(s);
+    return PK_EINVAL;
+  }
+  if (s->auth_refused)
+    PK_LOG_ERROR("plan store %s refused authentication (%s); serving without it "
+                 "(--plan-store-optional) and retrying",
+                 s->where, why);
+  if (pthread_create(&s->prober, NULL, store_prober, s) == 0)
     s->prober_started = 1;
   else
     PK_LOG_WARN("plan store %s: no prober thread; reconnecting on calls only", s->where);
@@ -436,6 +697,11 @@ void pk_plan_store_close(pk_plan_store_t *s) {
     conn_t *n = s->idle->next;
     pk_store_conn_free(s->idle);
     s->idle = n;
+  }
+  while (s->replay_head != NULL) {
+    replay_t *n = s->replay_head->next;
+    replay_free(s->replay_head);
+    s->replay_head = n;
   }
   pthread_cond_destroy(&s->probe_cv);
   pthread_cond_destroy(&s->fetch_cv);

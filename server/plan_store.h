@@ -51,6 +51,12 @@ typedef struct pk_plan_store_options {
   pk_plan_cache_t *cache; /* Receives plans read from the store; may be NULL. */
   pk_getenv_fn getenv_fn; /* Reads the tunables; NULL: the process environment. */
   void *getenv_user;
+  /* A plan's values larger than this (plus their envelopes) are refused
+   * unread as corrupt: --max-message-bytes. 0: INT64_MAX. */
+  int64_t max_value_bytes;
+  /* --plan-store-optional: a store that refuses authentication at
+   * start-up only logs an error; without it, start-up fails. */
+  bool optional;
 } pk_plan_store_options_t;
 
 typedef enum pk_store_result {
@@ -73,12 +79,19 @@ typedef struct pk_store_stats {
   uint64_t coalesced; /* GetRankPlan calls served by another call's fetch. */
   uint64_t connects;  /* Connections opened. */
   uint64_t outages;   /* Times the store was marked down. */
+  /* Writes the store missed, kept and written when it is back. */
+  uint64_t replay_queued, replay_queued_bytes; /* Waiting now. */
+  uint64_t replayed;                           /* Written later. */
+  uint64_t replay_dropped; /* Dropped for room (oldest first) or larger than the queue. */
+  uint64_t replay_expired; /* Older than the TTL when the store was back. */
 } pk_store_stats_t;
 
 /* Parses the URL and the tunables, connects once (a store that is down at
  * start-up is not an error: packd serves and retries), and starts the
- * prober. Returns 0, or PK_EINVAL with a message (a bad URL or tunable),
- * or PK_ENOMEM. Free with pk_plan_store_close. */
+ * prober. A store that answers but refuses the password (or wants one
+ * packd was not given) is a configuration error unless opt->optional.
+ * Returns 0, or PK_EINVAL with a message (a bad URL or tunable, a refused
+ * password), or PK_ENOMEM. Free with pk_plan_store_close. */
 int pk_plan_store_open(const pk_plan_store_options_t *opt, pk_plan_store_t **out, char *err,
                        size_t errlen);
 
@@ -88,9 +101,11 @@ void pk_plan_store_close(pk_plan_store_t *s);
 
 /* Writes every rank of a plan (the plan cache's layout: rank r at
  * data[off[r], off[r+1])). Returns PK_STORE_OK, PK_STORE_UNAVAILABLE (the
- * store is down or failed: the write is skipped, never retried later) or
- * PK_STORE_NOMEM, with a message in msg. Never blocks longer than about
- * connect_timeout + 2 x command_timeout. */
+ * store is down or failed: the write is kept in the replay queue, within
+ * PACKD_PLAN_STORE_REPLAY_BYTES, and written by the prober when the store
+ * is back, with the expiry it would have had) or PK_STORE_NOMEM, with a
+ * message in msg. Never blocks longer than about connect_timeout + 2 x
+ * command_timeout. */
 pk_store_result_t pk_plan_store_put(pk_plan_store_t *s, const char *plan_id, uint32_t nranks,
                                     const uint8_t *data, const size_t *off, char *msg,
                                     size_t msglen);

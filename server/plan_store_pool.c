@@ -13,7 +13,6 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "clock.h"
 #include "log.h"
@@ -47,6 +46,10 @@ static const tunable_t k_tunables[T_COUNT] = {
     {"pool_idle", "PACKD_PLAN_STORE_POOL_IDLE", 0, 0, 4096, "connections",
      "idle connections kept open; 0 means --workers, since a worker thread uses at most "
      "one at a time"},
+    {"replay_bytes", "PACKD_PLAN_STORE_REPLAY_BYTES", 64L << 20, 0, 1L << 40, "bytes",
+     "plans whose write the store missed (down, stalled) are kept up to this size and "
+     "written when it is back, oldest dropped first, so other replicas find them; 0 keeps "
+     "none"},
 };
 
 void pk_plan_store_usage(FILE *out) {
@@ -116,8 +119,8 @@ void pk_store_conn_free(conn_t *c) {
 /* Under s->mu: a success moves the store to UP and says so once. */
 static void mark_up_locked(pk_plan_store_t *s) {
   if (s->state == ST_DOWN)
-    PK_LOG_INFO("plan store %s is back after %.1fs; %llu Plans made meanwhile were not written "
-                "to it",
+    PK_LOG_INFO("plan store %s is back after %.1fs; %llu Plans made meanwhile missed it (the "
+                "replay queue writes those it holds)",
                 s->where, pk_monotonic_seconds() - s->down_since,
                 (unsigned long long)s->skipped_in_outage);
   else if (s->state == ST_UNKNOWN)
@@ -125,6 +128,9 @@ static void mark_up_locked(pk_plan_store_t *s) {
   s->state = ST_UP;
   s->st.up = true;
   s->probing = 0;
+  /* The prober writes the missed plans now, not a probe interval later. */
+  if (s->replay_head != NULL)
+    pthread_cond_signal(&s->probe_cv);
 }
 
 /* A connection or command failed. The first failure of an outage logs it
@@ -211,7 +217,15 @@ static redisContext *dial(pk_plan_store_t *s, char *why, size_t wl) {
       argv[argc++] = s->url.user;
     argv[argc++] = s->url.password;
     if (handshake(c, argc, argv, "AUTH", why, wl) != 0) {
+      /* An answer that refuses (not a lost connection) is a wrong password
+       * or user: pk_plan_store_open fails start-up on it. */
+      int refused = c->err == 0;
       redisFree(c);
+      if (refused) {
+        pthread_mutex_lock(&s->mu);
+        s->auth_refused = 1;
+        pthread_mutex_unlock(&s->mu);
+      }
       return NULL;
     }
   }
@@ -401,7 +415,6 @@ op_rc_t pk_store_next_reply(redisContext *c, redisReply **r, char *why, size_t w
 }
 
 op_rc_t pk_store_op_ping(pk_plan_store_t *s, redisContext *c, void *arg, char *why, size_t wl) {
-  (void)s;
   (void)arg;
   if (redisAppendCommand(c, "PING") != REDIS_OK)
     return R_IO;
@@ -412,33 +425,15 @@ op_rc_t pk_store_op_ping(pk_plan_store_t *s, redisContext *c, void *arg, char *w
   if (r->type == REDIS_REPLY_ERROR) {
     snprintf(why, wl, "PING: %.200s", r->str);
     rc = R_STORE_ERR;
+    /* A store with a password that packd was not given. */
+    if (strncmp(r->str, "NOAUTH", 6) == 0) {
+      pthread_mutex_lock(&s->mu);
+      s->auth_refused = 1;
+      pthread_mutex_unlock(&s->mu);
+    }
   }
   freeReplyObject(r);
   return rc;
-}
-
-void *pk_store_prober(void *arg) {
-  pk_plan_store_t *s = arg;
-  pthread_mutex_lock(&s->mu);
-  while (!s->stopping) {
-    double wait = (double)s->tun[T_PROBE] / 1000.0;
-    if (s->state == ST_DOWN)
-      wait = fmin(wait, fmax(0.001, s->retry_at - pk_monotonic_seconds()));
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    double at = (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9 + wait;
-    ts.tv_sec = (time_t)at;
-    ts.tv_nsec = (long)((at - (double)ts.tv_sec) * 1e9);
-    pthread_cond_timedwait(&s->probe_cv, &s->mu, &ts);
-    if (s->stopping)
-      break;
-    pthread_mutex_unlock(&s->mu);
-    char why[300];
-    (void)pk_store_run_op(s, K_PROBE, pk_store_op_ping, NULL, why, sizeof why);
-    pthread_mutex_lock(&s->mu);
-  }
-  pthread_mutex_unlock(&s->mu);
-  return NULL;
 }
 
 #endif

@@ -12,7 +12,11 @@
  *     generation is closed when found and never used, since whatever raised
  *     the generation (a restart, a network cut) likely broke it too;
  *   - a fetch in s->fetches is alive while refs > 0; once done it is never
- *     written again, so holders read it without the lock.
+ *     written again, so holders read it without the lock;
+ *   - the replay queue (replay_head .. replay_tail, oldest first) holds the
+ *     writes skipped while the store failed, replay_bytes in all, never
+ *     more than T_REPLAY_BYTES: a new entry drops the oldest ones to fit.
+ *     Only the prober takes entries out to write them.
  * No socket I/O happens under s->mu. */
 #ifndef PK_PLAN_STORE_POOL_H
 #define PK_PLAN_STORE_POOL_H
@@ -25,7 +29,16 @@
 #include "store_format.h"
 
 /* Indexes into the tunables table (plan_store_pool.c). */
-enum { T_CONNECT, T_COMMAND, T_BACKOFF_MIN, T_BACKOFF_MAX, T_PROBE, T_POOL_IDLE, T_COUNT };
+enum {
+  T_CONNECT,
+  T_COMMAND,
+  T_BACKOFF_MIN,
+  T_BACKOFF_MAX,
+  T_PROBE,
+  T_POOL_IDLE,
+  T_REPLAY_BYTES,
+  T_COUNT
+};
 
 /* Reads the tunables into v[T_COUNT] from their variables (fn NULL: the
  * process environment). Returns 0, or PK_EINVAL naming the variable. */
@@ -63,6 +76,21 @@ typedef struct fetch {
   int cacheable;
 } fetch_t;
 
+/* A plan write the store missed, kept to be written when it is back: the
+ * HSET arguments (argv[1] points to key) and the time the plan was made,
+ * from which its remaining TTL is set. */
+typedef struct replay {
+  struct replay *next;
+  double made_at;
+  size_t bytes; /* What it counts against T_REPLAY_BYTES. */
+  int argc;
+  const char **argv;
+  size_t *argvlen;
+  char *fields;
+  uint8_t *env;
+  char key[PK_STORE_PREFIX_MAX + PK_STORE_ID_MAX + 1];
+} replay_t;
+
 struct pk_plan_store {
   pk_store_url_t url;
   char where[PK_STORE_HOST_MAX + 32];
@@ -80,6 +108,10 @@ struct pk_plan_store {
   int state, probing, stopping;
   double backoff, retry_at, down_since, last_refusal_log;
   uint64_t skipped_in_outage;
+  int auth_refused;        /* The store refused AUTH (or wanted one): a wrong password. */
+  int64_t max_value_bytes; /* A plan's values above this are refused unread. */
+  replay_t *replay_head, *replay_tail;
+  size_t replay_bytes;
   char last_error[256];
   fetch_t *fetches;
   pk_store_stats_t st;
@@ -101,10 +133,6 @@ op_rc_t pk_store_next_reply(redisContext *c, redisReply **r, char *why, size_t w
 
 /* PING, for the prober and the first connection. */
 op_rc_t pk_store_op_ping(pk_plan_store_t *s, redisContext *c, void *arg, char *why, size_t wl);
-
-/* The prober thread's body: PING every probe interval, and after each
- * back-off while the store is down, until s->stopping. */
-void *pk_store_prober(void *arg);
 
 void pk_store_conn_free(conn_t *c);
 

@@ -11,9 +11,9 @@
 # timers, HTTP listener), libhttp-parser (HTTP request parsing; Debian ships
 # no pkg-config file for it), libxxhash (plan cache hashing, store checksums),
 # libhiredis (the shared plan store, --plan-store), OpenSSL libcrypto (TLS file
-# checks, token digests, keyed plan ids). hiredis is optional so
-# that `pip install ./client/python`, which configures this project only to
-# build libpackd.so, works without it; a packd built without it refuses
+# checks, token digests, keyed plan ids), zlib (compressed requests). hiredis
+# is optional so that `pip install ./client/python`, which configures this
+# project only to build libpackd.so, works without it; a packd built without it refuses
 # --plan-store with a message that says so.
 
 add_custom_command(
@@ -36,6 +36,10 @@ endif()
 # TLS files, SHA-256 of bearer tokens and HMAC-SHA256 of keyed plan ids.
 find_package(OpenSSL REQUIRED)
 
+# zlib (zlib1g-dev, which libgrpc-dev needs too): request_body.c inflates
+# compressed requests itself, under the decoded-bytes budget.
+pkg_check_modules(ZLIB REQUIRED IMPORTED_TARGET zlib)
+
 find_library(HTTP_PARSER_LIBRARY NAMES http_parser REQUIRED)
 find_path(HTTP_PARSER_INCLUDE_DIR NAMES http_parser.h REQUIRED)
 
@@ -49,20 +53,22 @@ add_library(packd_service STATIC
   ${CMAKE_CURRENT_SOURCE_DIR}/metrics.c
   ${CMAKE_CURRENT_SOURCE_DIR}/http.c
   ${CMAKE_CURRENT_SOURCE_DIR}/handlers.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/handlers_dcp.c
   ${CMAKE_CURRENT_SOURCE_DIR}/work_queue.c
   ${CMAKE_CURRENT_SOURCE_DIR}/call_stop.c
   ${CMAKE_CURRENT_SOURCE_DIR}/grpc_server.c
   ${CMAKE_CURRENT_SOURCE_DIR}/auth.c
   ${CMAKE_CURRENT_SOURCE_DIR}/tls.c
   ${CMAKE_CURRENT_SOURCE_DIR}/plan_id.c
-  ${CMAKE_CURRENT_SOURCE_DIR}/security.c)
+  ${CMAKE_CURRENT_SOURCE_DIR}/security.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/decode_budget.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/request_body.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/log_limit.c)
 target_include_directories(packd_service PUBLIC ${CMAKE_CURRENT_SOURCE_DIR}
                                                 ${HTTP_PARSER_INCLUDE_DIR})
 target_link_libraries(packd_service PUBLIC
   packd_codec packd_planner packd_proto packd_health_proto
   PkgConfig::GRPC PkgConfig::LIBUV PkgConfig::XXHASH ${HTTP_PARSER_LIBRARY} Threads::Threads
-  OpenSSL::Crypto m)
+  OpenSSL::Crypto PkgConfig::ZLIB m)
 if(HIREDIS_FOUND)
   target_compile_definitions(packd_service PRIVATE PK_HAVE_HIREDIS)
   target_link_libraries(packd_service PUBLIC PkgConfig::HIREDIS)

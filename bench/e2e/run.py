@@ -41,6 +41,7 @@ micro-batches; also with the quadratic term from the model's FLOP count.
     bench/e2e/run.py --quick       # one configuration, two repeats (about a minute)
     bench/e2e/run.py --smoke       # a tiny model and batch (seconds; tests/e2e runs it)
     bench/e2e/run.py --timings t.jsonl   # every measured micro-batch as a JSON line
+    bench/e2e/run.py --quick --installed # with the installed wheel, not the checkout
 """
 
 from __future__ import annotations
@@ -58,10 +59,16 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-for _p in (str(REPO / "client" / "python"), str(REPO / "tests" / "e2e")):
+# The packd under test: the checkout's client/python with the libraries of
+# $PACKD_BUILD_DIR (default build/), or with --installed the package
+# installed in this Python (the wheel of scripts/build-wheel.sh, with its
+# own libraries), as on a trainer machine. Decided before packd is imported.
+INSTALLED = "--installed" in sys.argv[1:]
+for _p in ([] if INSTALLED else [str(REPO / "client" / "python")]) + [str(REPO / "tests" / "e2e")]:
     if _p not in sys.path:
         sys.path.insert(0, _p)
-os.environ.setdefault("PACKD_BUILD_DIR", str(REPO / "build"))
+if not INSTALLED:
+    os.environ.setdefault("PACKD_BUILD_DIR", str(REPO / "build"))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -401,6 +408,8 @@ def main(argv=None) -> int:
     ap.add_argument("--max-len", type=int, help="longest sequence (default: the mode's)")
     ap.add_argument("--runs", help="WORKLOAD:DP:SEQUENCES_PER_RANK,... instead of the mode's "
                     "(workloads: rollout, azure-conv, azure-code, wikipedia)")
+    ap.add_argument("--installed", action="store_true", help="use the packd installed in this Python (a wheel) "
+                    "instead of the checkout's client/python and build/")
     ap.add_argument("--threads", type=int, default=1, help="torch threads (1: stable per-core timing)")
     ap.add_argument("--no-calibrate", action="store_true",
                     help="skip the second phase: packd AUTO planned with a cost fitted (packd.calibrate) to the "
@@ -423,6 +432,7 @@ def main(argv=None) -> int:
     qmodel = model_quadratic(s.model, causal_only=cuda)
     client = packd.Client.local()
     log = (lambda msg: print(msg, file=sys.stderr, flush=True))
+    log(f"packd {packd.__version__} from {Path(packd.__file__).parent}: {client!r}")
     command = "bench/e2e/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
     t_begin = time.perf_counter()
 

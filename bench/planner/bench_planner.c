@@ -242,8 +242,10 @@ typedef struct result {
   uint32_t max_micro;  /* Largest micro count of any rank (equal on all). */
 } result_t;
 
-static void measure(const pk_request_t *req, int reps, result_t *res) {
+/* trace: NULL, or where AUTO records the trace of its last mini-batch. */
+static void measure(const pk_request_t *req, int reps, result_t *res, struct pk_auto_trace *trace) {
   double t[64];
+  const pk_limits_t limits = {.trace = trace};
   pk_plan_t *plan = NULL;
   char err[512] = "";
   if (reps > 64)
@@ -253,7 +255,7 @@ static void measure(const pk_request_t *req, int reps, result_t *res) {
     pk_plan_free(plan);
     plan = NULL;
     double t0 = bench_now_ms();
-    int rc = pk_plan(req, &plan, err, sizeof err);
+    int rc = pk_plan_limited(req, &limits, &plan, err, sizeof err);
     t[i] = bench_now_ms() - t0;
     if (rc != 0) {
       res->ran = true;
@@ -414,6 +416,11 @@ int main(int argc, char **argv) {
     fprintf(stderr, "bench_planner: cannot write %s: %s\n", trace_path, strerror(errno));
     return 1;
   }
+  struct pk_auto_trace *auto_trace = trace != NULL ? trace_alloc() : NULL;
+  if (trace != NULL && auto_trace == NULL) {
+    fprintf(stderr, "bench_planner: out of memory\n");
+    return 1;
+  }
   if (trace != NULL)
     trace_header(trace);
 
@@ -565,9 +572,9 @@ int main(int argc, char **argv) {
               reps = (int)(reps * reps_scale + 0.5);
               reps = reps < 1 ? 1 : reps;
               result_t res;
-              measure(&req, reps, &res);
+              measure(&req, reps, &res, is_auto ? auto_trace : NULL);
               if (is_auto && trace != NULL)
-                trace_rows(trace, wl[w].name, n, dp, cap, mname);
+                trace_rows(trace, auto_trace, wl[w].name, n, dp, cap, mname);
               agg_t *g = &agg[a];
               if (res.failed) {
                 g->failed++;
@@ -675,6 +682,7 @@ int main(int argc, char **argv) {
     fclose(csv);
   if (trace)
     fclose(trace);
+  free(auto_trace);
 
   printf("## Summary per algorithm\n\n");
   printf("Times are medians of repeated pk_plan calls per configuration, then the mean (max) "
@@ -793,7 +801,7 @@ int main(int argc, char **argv) {
         req.parallel.dp = dp;
         req.batching.dp_balance = e ? PK_DP_KK_EQUAL : PK_DP_KK;
         req.batching.micro_algo = PK_MICRO_NEXT_FIT;
-        measure(&req, 3, &r[e]);
+        measure(&req, 3, &r[e], NULL);
       }
       printf("| %u | %u | %.2f | %.5f | %.2f | %.5f |\n", n, dp, r[0].ms, r[0].st.dp_imbalance,
              r[1].ms, r[1].st.dp_imbalance);

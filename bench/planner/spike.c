@@ -41,6 +41,8 @@ typedef struct stage_sum {
 static void stage_add(stage_sum_t *sum, uint32_t *count, const pk_auto_trace_t *t) {
   for (uint32_t s = 0; s < t->nstages; s++) {
     const pk_auto_stage_rec_t *r = &t->stage[s];
+    if (r->fate == PK_FATE_SKIPPED)
+      continue;
     uint32_t i = 0;
     while (i < *count && strcmp(sum[i].name, r->name) != 0)
       i++;
@@ -129,8 +131,10 @@ int main(int argc, char **argv) {
           req.batching.round = mode ? 128 : 0;
           pk_plan_t *plan = NULL;
           char err[512];
+          pk_auto_trace_t last = {0};
+          const pk_limits_t lim = {.trace = &last};
           double t0 = now_ms();
-          int rc = pk_plan(&req, &plan, err, sizeof err);
+          int rc = pk_plan_limited(&req, &lim, &plan, err, sizeof err);
           ms[(size_t)b * reps + r] = now_ms() - t0;
           if (rc != 0) {
             fprintf(stderr, "bench_spike: %s\n", err);
@@ -138,7 +142,7 @@ int main(int argc, char **argv) {
           }
           if (r == 0) {
             eff += plan->stats.lockstep_efficiency / BATCHES;
-            stage_add(sum, &nsum, pk_auto_trace_last());
+            stage_add(sum, &nsum, &last);
           }
           pk_plan_free(plan);
         }

@@ -5,8 +5,8 @@
 #                 remote mode (packctl_remote.c).
 add_library(packd_client STATIC ${CMAKE_CURRENT_SOURCE_DIR}/pk_client.c)
 target_include_directories(packd_client PUBLIC ${CMAKE_CURRENT_SOURCE_DIR})
-# server/grpc_status_names.h: the gRPC status names the server uses too.
-target_include_directories(packd_client PRIVATE ${PROJECT_SOURCE_DIR}/server)
+# server/codec/grpc_status_names.h: the gRPC status names the server uses too.
+target_include_directories(packd_client PRIVATE ${PROJECT_SOURCE_DIR}/server/codec)
 target_link_libraries(packd_client PUBLIC packd_proto packd_health_proto packd_planner
                                           PkgConfig::GRPC Threads::Threads)
 

@@ -16,6 +16,7 @@ add_executable(packctl
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_input.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_output.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_json.c
+  ${CMAKE_CURRENT_SOURCE_DIR}/packctl_number.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_svg.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_dcp.c
   ${CMAKE_CURRENT_SOURCE_DIR}/packctl_calibrate.c

@@ -10,6 +10,8 @@
  * the call started. */
 #include "packctl_args.h"
 
+#include "packctl.h"
+
 #include <stdio.h>
 #include <string.h>
 
@@ -125,4 +127,25 @@ int packctl_args_next(packctl_args_t *a, const char **value) {
     return PACKCTL_ARGS_HELP;
   *value = optarg;
   return c;
+}
+
+int packctl_args_scan(const char *cmd, int argc, char **argv, const struct option *opts,
+                      void (*usage)(FILE *), packctl_take_fn take, void *take_opts) {
+  packctl_args_t a;
+  packctl_args_init(&a, cmd, argc, argv, opts);
+  for (;;) {
+    const char *v = NULL;
+    int c = packctl_args_next(&a, &v);
+    if (c == PACKCTL_ARGS_END)
+      return 0;
+    if (c == PACKCTL_ARGS_ERROR)
+      return PACKCTL_EXIT_USAGE;
+    if (c == PACKCTL_ARGS_HELP) {
+      usage(stdout);
+      return PACKCTL_ARGS_HELPED;
+    }
+    int status = take(take_opts, c, v);
+    if (status != 0)
+      return status;
+  }
 }

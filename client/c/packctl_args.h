@@ -20,6 +20,7 @@
 #define PACKCTL_ARGS_H
 
 #include <getopt.h>
+#include <stdio.h>
 
 /* What packctl_args_next returns besides an option's `val`. Options'
  * vals must be above 2 and differ from 'h'. */
@@ -48,5 +49,22 @@ int packctl_args_next(packctl_args_t *a, const char **value);
 
 /* The long name of the option whose val is `val` ("dp"), or "?". */
 const char *packctl_args_name(const packctl_args_t *a, int val);
+
+/* What packctl_args_scan returns after printing a subcommand's --help:
+ * the subcommand exits 0 without doing anything else. */
+#define PACKCTL_ARGS_HELPED (-1)
+
+/* Stores one option (its val, its value or NULL) or positional argument
+ * (PACKCTL_ARGS_POSITIONAL) into a subcommand's options: 0, or an exit
+ * status after a message (packctl_usage_fail). */
+typedef int (*packctl_take_fn)(void *opts, int val, const char *value);
+
+/* The one option loop of every subcommand: scans argv[1..argc-1] with
+ * packctl_args_next and hands every option and positional argument to
+ * take. Returns 0 once every argument was taken; PACKCTL_ARGS_HELPED after
+ * printing usage to stdout for -h or --help; PACKCTL_EXIT_USAGE (2) after a
+ * bad argument's message; or take's nonzero status. */
+int packctl_args_scan(const char *cmd, int argc, char **argv, const struct option *opts,
+                      void (*usage)(FILE *), packctl_take_fn take, void *take_opts);
 
 #endif

@@ -22,8 +22,11 @@
 #include "packctl_args.h"
 #include "packctl_fail.h"
 #include "packctl_fit.h"
+#include "packctl_json.h"
+#include "packctl_number.h"
 #include "packctl_output.h"
 #include "packctl_request.h"
+#include "packctl_svg.h"
 #include "pk_error.h"
 
 #define P PACKCTL_FIT_TERMS
@@ -71,6 +74,36 @@ static void calibrate_usage(FILE *f) {
         f);
 }
 
+/* Stores one calibrate option or argument (packctl_take_fn). */
+static int calibrate_take(void *opts, int c, const char *v) {
+  calib_opts_t *o = opts;
+  char err[256];
+  switch (c) {
+  case PACKCTL_ARGS_POSITIONAL:
+    if (o->input != NULL)
+      return packctl_usage_fail(
+          "calibrate", "unexpected argument '%s' (one TIMINGS file; got '%s' first)", v, o->input);
+    o->input = v;
+    return 0;
+  case OPT_FORMAT:
+    if (packctl_format_parse(v, &o->format) != 0)
+      return packctl_usage_fail("calibrate",
+                                "--format: unknown format '%s' (expected summary, json or svg)", v);
+    return 0;
+  case OPT_OUT:
+    o->out = v;
+    return 0;
+  case OPT_ALIGN: {
+    uint64_t x = 0;
+    if (packctl_parse_u64(v, 65536, "--align", &x, err, sizeof err) != 0)
+      return packctl_usage_fail("calibrate", "%s", err);
+    o->align = (uint32_t)x;
+    return 0;
+  }
+  }
+  return 0;
+}
+
 /* Returns PACKCTL_EXIT_OK, an exit status after a message, or -1 after
  * --help. */
 static int parse_opts(int argc, char **argv, calib_opts_t *o) {
@@ -81,44 +114,10 @@ static int parse_opts(int argc, char **argv, calib_opts_t *o) {
       {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
       {NULL, 0, NULL, 0},
   };
-  char err[256];
-  packctl_args_t args;
-  packctl_args_init(&args, "calibrate", argc, argv, long_opts);
-  for (;;) {
-    const char *v = NULL;
-    int c = packctl_args_next(&args, &v);
-    if (c == PACKCTL_ARGS_END)
-      break;
-    switch (c) {
-    case PACKCTL_ARGS_ERROR:
-      return PACKCTL_EXIT_USAGE;
-    case PACKCTL_ARGS_HELP:
-      calibrate_usage(stdout);
-      return -1;
-    case PACKCTL_ARGS_POSITIONAL:
-      if (o->input != NULL)
-        return packctl_usage_fail("calibrate",
-                                  "unexpected argument '%s' (one TIMINGS file; got '%s' first)", v,
-                                  o->input);
-      o->input = v;
-      break;
-    case OPT_FORMAT:
-      if (packctl_format_parse(v, &o->format) != 0)
-        return packctl_usage_fail(
-            "calibrate", "--format: unknown format '%s' (expected summary, json or svg)", v);
-      break;
-    case OPT_OUT:
-      o->out = v;
-      break;
-    case OPT_ALIGN: {
-      uint64_t x = 0;
-      if (packctl_parse_u64(v, 65536, "--align", &x, err, sizeof err) != 0)
-        return packctl_usage_fail("calibrate", "%s", err);
-      o->align = (uint32_t)x;
-      break;
-    }
-    }
-  }
+  int status =
+      packctl_args_scan("calibrate", argc, argv, long_opts, calibrate_usage, calibrate_take, o);
+  if (status != 0)
+    return status;
   if (o->input == NULL)
     return packctl_usage_fail(
         "calibrate", "missing TIMINGS (a JSON lines file of measured micro-batches, or '-')");

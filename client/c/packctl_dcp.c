@@ -5,7 +5,8 @@
  * relative to the slot's costliest). */
 #include <stdio.h>
 
-#include "packctl_output.h"
+#include "packctl_dcp.h"
+#include "packctl_svg.h"
 
 int packctl_write_dcp_summary(FILE *f, const Packd__V1__PlanResponse *resp) {
   const Packd__V1__DynamicCpPlan *p = resp->dynamic_cp;

@@ -28,7 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "packctl_output.h"
+#include "packctl_json.h"
+#include "packctl_number.h"
 
 /* The lowerCamelCase JSON name of a proto field name. */
 static void camel_name(const char *name, char *out, size_t len) {

@@ -20,6 +20,7 @@
 #include "packctl_fail.h"
 #include "packctl_fields.h"
 #include "packctl_input.h"
+#include "packctl_json.h"
 #include "packctl_output.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"
@@ -256,7 +257,8 @@ enum {
 };
 
 /* One option's value; returns 0 or the usage status after a message. */
-static int load_option(load_opts_t *o, int c, const char *v) {
+static int load_take(void *opts, int c, const char *v) {
+  load_opts_t *o = opts;
   char err[512];
   uint64_t u;
   switch (c) {
@@ -358,27 +360,7 @@ static int parse_opts(int argc, char **argv, load_opts_t *o) {
     return packctl_usage_fail("load", "out of memory");
   memcpy(long_opts, fixed, sizeof fixed);
   packctl_fields_options(long_opts + N_FIXED, OPT_FIELD);
-  int status = PACKCTL_EXIT_OK;
-  packctl_args_t args;
-  packctl_args_init(&args, "load", argc, argv, long_opts);
-  for (;;) {
-    const char *v = NULL;
-    int c = packctl_args_next(&args, &v);
-    if (c == PACKCTL_ARGS_END)
-      break;
-    if (c == PACKCTL_ARGS_ERROR) {
-      status = PACKCTL_EXIT_USAGE;
-      break;
-    }
-    if (c == PACKCTL_ARGS_HELP) {
-      load_usage(stdout);
-      status = -1;
-      break;
-    }
-    status = load_option(o, c, v);
-    if (status != 0)
-      break;
-  }
+  int status = packctl_args_scan("load", argc, argv, long_opts, load_usage, load_take, o);
   free(long_opts);
   if (status != PACKCTL_EXIT_OK)
     return status;

@@ -8,19 +8,31 @@
 #define PK_VERSION "unknown"
 #endif
 
+/* The subcommands: name, entry point (argv[0] is the name) and the line
+ * the top-level usage prints. */
+typedef struct packctl_command {
+  const char *name;
+  int (*run)(int argc, char **argv);
+  const char *summary;
+} packctl_command_t;
+
+static const packctl_command_t commands[] = {
+    {"plan", packctl_cmd_plan,
+     "plan a batch from a lengths file or a JSON manifest,\n"
+     "             locally (--local) or on a server (--server HOST:PORT)"},
+    {"rank-plan", packctl_cmd_rank_plan, "fetch one rank's plan from a server by plan id"},
+    {"health", packctl_cmd_health, "check a server's health"},
+    {"load", packctl_cmd_load, "send load to a server"},
+    {"calibrate", packctl_cmd_calibrate,
+     "fit the cost model (packd.v1.Cost) to measured micro-batch times"},
+};
+#define N_COMMANDS (sizeof commands / sizeof commands[0])
+
 static void usage(FILE *f) {
-  fputs("usage: packctl [--help] [--version] COMMAND [ARGS]\n"
-        "\n"
-        "commands:\n"
-        "  plan       plan a batch from a lengths file or a JSON manifest,\n"
-        "             locally (--local) or on a server (--server HOST:PORT)\n"
-        "  rank-plan  fetch one rank's plan from a server by plan id\n"
-        "  health     check a server's health\n"
-        "  load       send load to a server\n"
-        "  calibrate  fit the cost model (packd.v1.Cost) to measured micro-batch times\n"
-        "\n"
-        "Run 'packctl COMMAND --help' for the options of a command.\n",
-        f);
+  fputs("usage: packctl [--help] [--version] COMMAND [ARGS]\n\ncommands:\n", f);
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+  fputs("\nRun 'packctl COMMAND --help' for the options of a command.\n", f);
 }
 
 int main(int argc, char **argv) {
@@ -38,16 +50,9 @@ int main(int argc, char **argv) {
     return PACKCTL_EXIT_OK;
   }
   /* Subcommands see argv[0] == their own name. */
-  if (strcmp(cmd, "plan") == 0)
-    return packctl_cmd_plan(argc - 1, argv + 1);
-  if (strcmp(cmd, "rank-plan") == 0)
-    return packctl_cmd_rank_plan(argc - 1, argv + 1);
-  if (strcmp(cmd, "health") == 0)
-    return packctl_cmd_health(argc - 1, argv + 1);
-  if (strcmp(cmd, "load") == 0)
-    return packctl_cmd_load(argc - 1, argv + 1);
-  if (strcmp(cmd, "calibrate") == 0)
-    return packctl_cmd_calibrate(argc - 1, argv + 1);
+  for (size_t i = 0; i < N_COMMANDS; i++)
+    if (strcmp(cmd, commands[i].name) == 0)
+      return commands[i].run(argc - 1, argv + 1);
   fprintf(stderr, "packctl: unknown command '%s'\n", cmd);
   usage(stderr);
   return PACKCTL_EXIT_USAGE;

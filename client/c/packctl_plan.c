@@ -12,6 +12,7 @@
 #include "packctl_fail.h"
 #include "packctl_fields.h"
 #include "packctl_input.h"
+#include "packctl_json.h"
 #include "packctl_output.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"
@@ -89,6 +90,79 @@ static void plan_usage(FILE *f) {
         f);
 }
 
+/* Stores one plan option or argument (packctl_take_fn). */
+static int plan_take(void *opts, int c, const char *v) {
+  plan_opts_t *o = opts;
+  char err[512];
+  switch (c) {
+  case PACKCTL_ARGS_POSITIONAL:
+    if (o->input != NULL)
+      return packctl_usage_fail(
+          "plan", "unexpected argument '%s' (one INPUT at most; got '%s' first)", v, o->input);
+    o->input = v;
+    break;
+  case OPT_LOCAL:
+    o->local = true;
+    break;
+  case OPT_SERVER:
+    o->server = v;
+    break;
+  case OPT_TIMEOUT:
+    if (packctl_parse_seconds(v, &o->timeout_s) != 0)
+      return packctl_usage_fail("plan",
+                                "--timeout: expected a positive number of seconds, got '%s'", v);
+    break;
+  case OPT_FORMAT:
+    if (packctl_format_parse(v, &o->format) != 0)
+      return packctl_usage_fail("plan",
+                                "--format: unknown format '%s' (expected summary, json or svg)", v);
+    break;
+  case OPT_OUT:
+    o->out = v;
+    break;
+  case OPT_SAMPLE:
+    if (packctl_parse_u64(v, SIZE_MAX, "--sample", &o->sample, err, sizeof err) != 0)
+      return packctl_usage_fail("plan", "%s", err);
+    if (o->sample == 0)
+      return packctl_usage_fail("plan", "--sample: must be at least 1, got '%s'", v);
+    o->sample_set = true;
+    break;
+  case OPT_GROUP_SIZE:
+    if (packctl_parse_u64(v, UINT32_MAX, "--group-size", &o->group_size, err, sizeof err) != 0)
+      return packctl_usage_fail("plan", "%s", err);
+    if (o->group_size == 0)
+      return packctl_usage_fail("plan", "--group-size: must be at least 1, got '%s'", v);
+    break;
+  case OPT_REQUEST_FILE:
+    o->request_file = v;
+    break;
+  case OPT_SAVE_REQUEST:
+    o->save_request = v;
+    break;
+  case OPT_SAVE_RESPONSE:
+    o->save_response = v;
+    break;
+  case OPT_DRY_RUN:
+    o->dry_run = true;
+    break;
+  case OPT_DYNAMIC_CP:
+    o->dynamic_cp = true;
+    break;
+  default:
+    if (packctl_is_conn_option(c)) {
+      if (packctl_conn_take(c, v, err, sizeof err) != 0)
+        return packctl_usage_fail("plan", "%s", err);
+      break;
+    }
+    /* Only field flags are left: the table holds nothing else. */
+    o->set_index[o->nset] = c - OPT_FIELD;
+    o->set_value[o->nset] = v != NULL ? v : "true";
+    o->nset++;
+    break;
+  }
+  return 0;
+}
+
 /* Parses argv into opts; returns PACKCTL_EXIT_OK, or an exit status after
  * printing a message (help prints and returns -1 for "done, exit 0"). */
 static int parse_opts(int argc, char **argv, plan_opts_t *o) {
@@ -117,106 +191,9 @@ static int parse_opts(int argc, char **argv, plan_opts_t *o) {
   memcpy(long_opts, fixed, sizeof fixed);
   packctl_fields_options(long_opts + N_FIXED, OPT_FIELD);
 
-  int status = PACKCTL_EXIT_OK;
-  char err[512];
-  packctl_args_t args;
-  packctl_args_init(&args, "plan", argc, argv, long_opts);
-  for (;;) {
-    const char *v = NULL;
-    int c = packctl_args_next(&args, &v);
-    if (c == PACKCTL_ARGS_END)
-      break;
-    if (c == PACKCTL_ARGS_ERROR) {
-      status = PACKCTL_EXIT_USAGE;
-      goto done;
-    }
-    switch (c) {
-    case PACKCTL_ARGS_HELP:
-      plan_usage(stdout);
-      status = -1;
-      goto done;
-    case PACKCTL_ARGS_POSITIONAL:
-      if (o->input != NULL) {
-        status = packctl_usage_fail(
-            "plan", "unexpected argument '%s' (one INPUT at most; got '%s' first)", v, o->input);
-        goto done;
-      }
-      o->input = v;
-      break;
-    case OPT_LOCAL:
-      o->local = true;
-      break;
-    case OPT_SERVER:
-      o->server = v;
-      break;
-    case OPT_TIMEOUT:
-      if (packctl_parse_seconds(v, &o->timeout_s) != 0) {
-        status = packctl_usage_fail(
-            "plan", "--timeout: expected a positive number of seconds, got '%s'", v);
-        goto done;
-      }
-      break;
-    case OPT_FORMAT:
-      if (packctl_format_parse(v, &o->format) != 0) {
-        status = packctl_usage_fail(
-            "plan", "--format: unknown format '%s' (expected summary, json or svg)", v);
-        goto done;
-      }
-      break;
-    case OPT_OUT:
-      o->out = v;
-      break;
-    case OPT_SAMPLE:
-      if (packctl_parse_u64(v, SIZE_MAX, "--sample", &o->sample, err, sizeof err) != 0) {
-        status = packctl_usage_fail("plan", "%s", err);
-        goto done;
-      }
-      if (o->sample == 0) {
-        status = packctl_usage_fail("plan", "--sample: must be at least 1, got '%s'", v);
-        goto done;
-      }
-      o->sample_set = true;
-      break;
-    case OPT_GROUP_SIZE:
-      if (packctl_parse_u64(v, UINT32_MAX, "--group-size", &o->group_size, err, sizeof err) != 0) {
-        status = packctl_usage_fail("plan", "%s", err);
-        goto done;
-      }
-      if (o->group_size == 0) {
-        status = packctl_usage_fail("plan", "--group-size: must be at least 1, got '%s'", v);
-        goto done;
-      }
-      break;
-    case OPT_REQUEST_FILE:
-      o->request_file = v;
-      break;
-    case OPT_SAVE_REQUEST:
-      o->save_request = v;
-      break;
-    case OPT_SAVE_RESPONSE:
-      o->save_response = v;
-      break;
-    case OPT_DRY_RUN:
-      o->dry_run = true;
-      break;
-    case OPT_DYNAMIC_CP:
-      o->dynamic_cp = true;
-      break;
-    default:
-      if (packctl_is_conn_option(c)) {
-        if (packctl_conn_take(c, v, err, sizeof err) != 0) {
-          status = packctl_usage_fail("plan", "%s", err);
-          goto done;
-        }
-        break;
-      }
-      /* Only field flags are left: the table holds nothing else. */
-      o->set_index[o->nset] = c - OPT_FIELD;
-      o->set_value[o->nset] = v != NULL ? v : "true";
-      o->nset++;
-      break;
-    }
-  }
+  int status = packctl_args_scan("plan", argc, argv, long_opts, plan_usage, plan_take, o);
+  if (status != PACKCTL_EXIT_OK)
+    goto done;
   if (o->input != NULL && o->request_file != NULL)
     status =
         packctl_usage_fail("plan", "give INPUT or --request-file, not both (got '%s' and '%s')",

@@ -2,6 +2,7 @@
  * library, `rank-plan` and `health`. `load` lives in packctl_load.c. */
 #include <errno.h>
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,6 +11,7 @@
 #include "packctl.h"
 #include "packctl_args.h"
 #include "packctl_fail.h"
+#include "packctl_json.h"
 #include "packctl_output.h"
 #include "packctl_remote.h"
 #include "packctl_request.h"
@@ -125,14 +127,54 @@ static void write_rank_summary(FILE *f, const Packd__V1__RankPlan *rk) {
   }
 }
 
+typedef struct rank_plan_opts {
+  const char *server, *plan_id, *format;
+  uint64_t rank;
+  bool have_rank;
+  double timeout_s;
+} rank_plan_opts_t;
+
+enum { OPT_SERVER = 256, OPT_PLAN_ID, OPT_RANK, OPT_TIMEOUT, OPT_FORMAT, OPT_SERVICE, OPT_WAIT };
+
+/* Stores one rank-plan option (packctl_take_fn). */
+static int rank_plan_take(void *opts, int c, const char *v) {
+  rank_plan_opts_t *o = opts;
+  char err[512];
+  switch (c) {
+  case PACKCTL_ARGS_POSITIONAL:
+    return packctl_usage_fail("rank-plan",
+                              "unexpected argument '%s' (rank-plan takes only options)", v);
+  case OPT_SERVER:
+    o->server = v;
+    return 0;
+  case OPT_PLAN_ID:
+    o->plan_id = v;
+    return 0;
+  case OPT_RANK:
+    if (packctl_parse_u64(v, UINT32_MAX, "--rank", &o->rank, err, sizeof err) != 0)
+      return packctl_usage_fail("rank-plan", "%s", err);
+    o->have_rank = true;
+    return 0;
+  case OPT_TIMEOUT:
+    if (packctl_parse_seconds(v, &o->timeout_s) != 0)
+      return packctl_usage_fail("rank-plan",
+                                "--timeout: expected a positive number of seconds, got '%s'", v);
+    return 0;
+  case OPT_FORMAT:
+    if (strcmp(v, "json") != 0 && strcmp(v, "summary") != 0)
+      return packctl_usage_fail("rank-plan", "--format: expected json or summary, got '%s'", v);
+    o->format = v;
+    return 0;
+  default:
+    if (packctl_conn_take(c, v, err, sizeof err) != 0)
+      return packctl_usage_fail("rank-plan", "%s", err);
+    return 0;
+  }
+}
+
 int packctl_cmd_rank_plan(int argc, char **argv) {
   const char *cmd = "rank-plan";
-  const char *server = NULL, *plan_id = NULL, *format = "json";
-  uint64_t rank = 0;
-  int have_rank = 0;
-  double timeout_s = 30.0;
   char err[512];
-  enum { OPT_SERVER = 256, OPT_PLAN_ID, OPT_RANK, OPT_TIMEOUT, OPT_FORMAT };
   static const struct option long_opts[] = {
       {"server", required_argument, NULL, OPT_SERVER},
       {"plan-id", required_argument, NULL, OPT_PLAN_ID},
@@ -143,48 +185,14 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
       {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
       {NULL, 0, NULL, 0},
   };
-  packctl_args_t args;
-  packctl_args_init(&args, cmd, argc, argv, long_opts);
-  for (;;) {
-    const char *v = NULL;
-    int c = packctl_args_next(&args, &v);
-    if (c == PACKCTL_ARGS_END)
-      break;
-    switch (c) {
-    case PACKCTL_ARGS_ERROR:
-      return PACKCTL_EXIT_USAGE;
-    case PACKCTL_ARGS_HELP:
-      rank_plan_usage(stdout);
-      return PACKCTL_EXIT_OK;
-    case PACKCTL_ARGS_POSITIONAL:
-      return packctl_usage_fail(cmd, "unexpected argument '%s' (rank-plan takes only options)", v);
-    case OPT_SERVER:
-      server = v;
-      break;
-    case OPT_PLAN_ID:
-      plan_id = v;
-      break;
-    case OPT_RANK:
-      if (packctl_parse_u64(v, UINT32_MAX, "--rank", &rank, err, sizeof err) != 0)
-        return packctl_usage_fail(cmd, "%s", err);
-      have_rank = 1;
-      break;
-    case OPT_TIMEOUT:
-      if (packctl_parse_seconds(v, &timeout_s) != 0)
-        return packctl_usage_fail(cmd, "--timeout: expected a positive number of seconds, got '%s'",
-                                  v);
-      break;
-    case OPT_FORMAT:
-      if (strcmp(v, "json") != 0 && strcmp(v, "summary") != 0)
-        return packctl_usage_fail(cmd, "--format: expected json or summary, got '%s'", v);
-      format = v;
-      break;
-    default:
-      if (packctl_conn_take(c, v, err, sizeof err) != 0)
-        return packctl_usage_fail(cmd, "%s", err);
-      break;
-    }
-  }
+  rank_plan_opts_t o = {.format = "json", .timeout_s = 30.0};
+  int status = packctl_args_scan(cmd, argc, argv, long_opts, rank_plan_usage, rank_plan_take, &o);
+  if (status != 0)
+    return status == PACKCTL_ARGS_HELPED ? PACKCTL_EXIT_OK : status;
+  const char *server = o.server, *plan_id = o.plan_id, *format = o.format;
+  uint64_t rank = o.rank;
+  bool have_rank = o.have_rank;
+  double timeout_s = o.timeout_s;
   server = packctl_server_address(server);
   if (server == NULL)
     return packctl_usage_fail(cmd,
@@ -247,11 +255,43 @@ static void health_usage(FILE *f) {
         f);
 }
 
+typedef struct health_opts {
+  const char *server, *service;
+  double timeout_s, wait_s;
+} health_opts_t;
+
+/* Stores one health option (packctl_take_fn). */
+static int health_take(void *opts, int c, const char *v) {
+  health_opts_t *o = opts;
+  char err[256];
+  switch (c) {
+  case PACKCTL_ARGS_POSITIONAL:
+    return packctl_usage_fail("health", "unexpected argument '%s' (health takes only options)", v);
+  case OPT_SERVER:
+    o->server = v;
+    return 0;
+  case OPT_SERVICE:
+    o->service = v;
+    return 0;
+  case OPT_TIMEOUT:
+    if (packctl_parse_seconds(v, &o->timeout_s) != 0)
+      return packctl_usage_fail("health",
+                                "--timeout: expected a positive number of seconds, got '%s'", v);
+    return 0;
+  case OPT_WAIT:
+    if (packctl_parse_seconds(v, &o->wait_s) != 0)
+      return packctl_usage_fail("health", "--wait: expected a positive number of seconds, got '%s'",
+                                v);
+    return 0;
+  default:
+    if (packctl_conn_take(c, v, err, sizeof err) != 0)
+      return packctl_usage_fail("health", "%s", err);
+    return 0;
+  }
+}
+
 int packctl_cmd_health(int argc, char **argv) {
   const char *cmd = "health";
-  const char *server = NULL, *service = "";
-  double timeout_s = 5.0, wait_s = 0.0;
-  enum { OPT_SERVER = 256, OPT_SERVICE, OPT_TIMEOUT, OPT_WAIT };
   static const struct option long_opts[] = {
       {"server", required_argument, NULL, OPT_SERVER},
       {"service", required_argument, NULL, OPT_SERVICE},
@@ -261,45 +301,12 @@ int packctl_cmd_health(int argc, char **argv) {
       {"help", no_argument, NULL, PACKCTL_ARGS_HELP},
       {NULL, 0, NULL, 0},
   };
-  packctl_args_t args;
-  packctl_args_init(&args, cmd, argc, argv, long_opts);
-  for (;;) {
-    const char *v = NULL;
-    int c = packctl_args_next(&args, &v);
-    if (c == PACKCTL_ARGS_END)
-      break;
-    switch (c) {
-    case PACKCTL_ARGS_ERROR:
-      return PACKCTL_EXIT_USAGE;
-    case PACKCTL_ARGS_HELP:
-      health_usage(stdout);
-      return PACKCTL_EXIT_OK;
-    case PACKCTL_ARGS_POSITIONAL:
-      return packctl_usage_fail(cmd, "unexpected argument '%s' (health takes only options)", v);
-    case OPT_SERVER:
-      server = v;
-      break;
-    case OPT_SERVICE:
-      service = v;
-      break;
-    case OPT_TIMEOUT:
-      if (packctl_parse_seconds(v, &timeout_s) != 0)
-        return packctl_usage_fail(cmd, "--timeout: expected a positive number of seconds, got '%s'",
-                                  v);
-      break;
-    case OPT_WAIT:
-      if (packctl_parse_seconds(v, &wait_s) != 0)
-        return packctl_usage_fail(cmd, "--wait: expected a positive number of seconds, got '%s'",
-                                  v);
-      break;
-    default: {
-      char cerr[256];
-      if (packctl_conn_take(c, v, cerr, sizeof cerr) != 0)
-        return packctl_usage_fail(cmd, "%s", cerr);
-      break;
-    }
-    }
-  }
+  health_opts_t o = {.service = "", .timeout_s = 5.0};
+  int status = packctl_args_scan(cmd, argc, argv, long_opts, health_usage, health_take, &o);
+  if (status != 0)
+    return status == PACKCTL_ARGS_HELPED ? PACKCTL_EXIT_OK : status;
+  const char *server = o.server, *service = o.service;
+  double timeout_s = o.timeout_s, wait_s = o.wait_s;
   server = packctl_server_address(server);
   if (server == NULL)
     return packctl_usage_fail(cmd,

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "packctl_output.h"
+#include "packctl_svg.h"
 
 #define SVG_LEFT 96.0
 #define SVG_RIGHT 24.0

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grpc_int_arg.h"
 #include "grpc_status_names.h"
 #include "pk_error.h"
 
@@ -219,15 +220,6 @@ static int channel_credentials(const pk_client_options_t *o, grpc_channel_creden
   return rc;
 }
 
-static grpc_arg int_arg(const char *key, int value) {
-  grpc_arg a;
-  memset(&a, 0, sizeof a);
-  a.type = GRPC_ARG_INTEGER;
-  a.key = (char *)key;
-  a.value.integer = value;
-  return a;
-}
-
 int pk_client_open(const char *target, const pk_client_options_t *opts, pk_client_t **out,
                    char *err, size_t errlen) {
   *out = NULL;
@@ -266,11 +258,11 @@ int pk_client_open(const char *target, const pk_client_options_t *opts, pk_clien
   }
   c->opts.tls_ca = c->opts.tls_cert = c->opts.tls_key = c->opts.token_file = NULL;
   grpc_arg args[] = {
-      int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, maxmsg),
-      int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, maxmsg),
+      pk_grpc_int_arg(GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, maxmsg),
+      pk_grpc_int_arg(GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, maxmsg),
       /* Every client gets its own connection, also to the same server; a
        * load test with N clients then really uses N connections. */
-      int_arg(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1),
+      pk_grpc_int_arg(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1),
   };
   grpc_channel_args cargs = {sizeof args / sizeof args[0], args};
   c->channel = grpc_channel_create(target, creds, &cargs);

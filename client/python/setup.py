@@ -15,6 +15,12 @@ host backend). Where they come from, first match wins:
    service's (scripts/bootstrap.sh installs them);
 3. PACKD_NO_NATIVE=1 skips the native build: the package then plans only
    through a server, or with PACKD_LIB set at run time.
+
+A wheel with the native libraries is tagged py3-none-<platform>: Python
+loads them with ctypes, so one wheel serves every Python 3 of the platform,
+while its platform tag says it holds machine code (scripts/build-wheel.sh
+turns linux_x86_64 into a manylinux tag with auditwheel). Without them
+(PACKD_NO_NATIVE=1) the wheel is pure: py3-none-any.
 """
 
 import importlib.util
@@ -23,10 +29,23 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
+try:  # setuptools >= 70.1 has bdist_wheel itself; older ones use the wheel package's.
+    from setuptools.command.bdist_wheel import bdist_wheel
+except ImportError:
+    try:
+        from wheel.bdist_wheel import bdist_wheel
+    except ImportError:
+        bdist_wheel = None
+
 HERE = Path(__file__).resolve().parent
+
+
+def _no_native():
+    """True when PACKD_NO_NATIVE asks for a package without libpackd.so."""
+    return os.environ.get("PACKD_NO_NATIVE", "") in ("1", "true", "yes")
 
 
 def _load_gen():
@@ -94,7 +113,7 @@ class BuildPyWithStubs(build_py):
         given = {name: _built_library(env, subdir, name)
                  for env, subdir, name in (("PACKD_LIB", "server", "libpackd.so"),
                                            ("PACKD_GPU_LIB", "gpu", "libpackd_gpu.so"))}
-        if given["libpackd.so"] is None and os.environ.get("PACKD_NO_NATIVE", "") not in ("1", "true", "yes"):
+        if given["libpackd.so"] is None and not _no_native():
             built = _cmake_build(self.get_finalized_command("build").build_temp)
             given = {name: given[name] or (built[name] if built[name].is_file() else None) for name in given}
         for name, lib in given.items():
@@ -102,4 +121,29 @@ class BuildPyWithStubs(build_py):
                 shutil.copy2(lib, pkg / name)
 
 
-setup(cmdclass={"build_py": BuildPyWithStubs})
+class NativeDistribution(Distribution):
+    """A distribution that carries machine code unless PACKD_NO_NATIVE is
+    set, so that wheels get a platform tag and install into platlib."""
+
+    def has_ext_modules(self):
+        return not _no_native()
+
+
+CMDCLASS = {"build_py": BuildPyWithStubs}
+
+if bdist_wheel is not None:
+
+    class BdistWheelAnyPython(bdist_wheel):
+        """Tags a wheel with native libraries py3-none-<platform>: they are
+        loaded with ctypes, never imported as extension modules, so they
+        depend on the platform and not on the Python version or ABI."""
+
+        def get_tag(self):
+            python, abi, plat = super().get_tag()
+            if self.root_is_pure:
+                return python, abi, plat
+            return "py3", "none", plat
+
+    CMDCLASS["bdist_wheel"] = BdistWheelAnyPython
+
+setup(cmdclass=CMDCLASS, distclass=NativeDistribution)

@@ -32,7 +32,7 @@
  * item total (no padding is forced) and nothing is computed. */
 #include <stdlib.h>
 
-#include "pk_internal.h"
+#include "bounds_internal.h"
 
 /* Rows of one width: positions [first, end) of the order, their row cost
  * and the most rows a run they open takes. */

@@ -1,7 +1,6 @@
 /* PADDED: what micro-batches hold, through runs of the size-descending
- * order, for the step bound (bounds.c, (b) in PADDED mode); and the cutting
- * plane search over a Lagrangian dual that this bound and the padding bound
- * (bounds_padding.c) share. */
+ * order, for the step bound (bounds.c, (b) in PADDED mode), by the cutting
+ * plane search of bounds_dual.c. */
 #include <math.h>
 #include <stdlib.h>
 
@@ -53,33 +52,6 @@ static double runs_dual_value(void *arg, double lambda, uint32_t *runs) {
   }
   *runs = d->runs[0];
   return d->h[0];
-}
-
-double pk_dual_least(pk_dual_fn value, void *arg, double g, pk_dual_end_t lo, pk_dual_end_t hi) {
-  if (lo.slope >= 0)
-    return lo.b;
-  double best = PK_MIN(lo.b, hi.b), width = hi.lambda;
-  for (int it = 0; it < 16 && hi.lambda - lo.lambda > width * 1e-12; it++) {
-    /* lo.b + lo.slope (x - lo) = hi.b + hi.slope (x - hi). */
-    double x =
-        hi.slope - lo.slope > 0
-            ? (hi.b - lo.b + lo.slope * lo.lambda - hi.slope * hi.lambda) / (lo.slope - hi.slope)
-            : lo.lambda;
-    if (!(x > lo.lambda && x < hi.lambda))
-      x = (lo.lambda + hi.lambda) / 2;
-    double floor_b = lo.b + lo.slope * (x - lo.lambda);
-    if (best - floor_b <= fabs(best) * 1e-4)
-      break;
-    uint32_t r;
-    double v = value(arg, x, &r) + x * g;
-    best = PK_MIN(best, v);
-    pk_dual_end_t at = {x, v, g - r};
-    if ((double)r > g)
-      lo = at;
-    else
-      hi = at;
-  }
-  return best;
 }
 
 /* The least U_k the runs allow: min over lambda >= 0 of B(lambda) = h(0) +

@@ -29,7 +29,7 @@
  * x dp, so levels are computed while a work budget lasts. */
 #include <stdlib.h>
 
-#include "pk_internal.h"
+#include "bounds_internal.h"
 
 /* R(i, b) where no cut has at most b big runs. */
 #define STAIR_NONE (UINT32_MAX / 2)

@@ -2,7 +2,7 @@
  *
  * Every function that can fail returns 0 on success or one of the negative
  * codes below. The codes map to gRPC status codes in exactly one place
- * (server/codec.c, pk_status_from_error). */
+ * (server/codec/codec.c, pk_status_from_error). */
 #ifndef PK_ERROR_H
 #define PK_ERROR_H
 
@@ -31,6 +31,11 @@ enum pk_error {
    * to stop; nothing was planned (gRPC CANCELLED, unless the caller knows a
    * better reason: a passed deadline or a shutdown). */
   PK_ECANCELED = -7,
+  /* Over a limit the caller configured (pk_limits_t: max_sequences,
+   * max_plan_bytes; the server's --max-message-bytes), as opposed to an
+   * allocation that failed (gRPC RESOURCE_EXHAUSTED too, with a message
+   * naming the limit). */
+  PK_ELIMIT = -8,
 };
 
 /* A static string naming the code, e.g. "invalid argument". Never NULL. */

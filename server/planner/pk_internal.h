@@ -76,6 +76,8 @@ typedef struct pk_ctx {
    * pk_stopped() between stages and every few thousand iterations of a
    * long loop; on true, unwind and return PK_ECANCELED. */
   const pk_limits_t *limits;
+  /* The caller's AUTO trace (pk_limits_t.trace), or NULL. */
+  struct pk_auto_trace *trace;
 } pk_ctx_t;
 
 /* True when the caller asked the planner to stop (limits may be NULL). */
@@ -199,12 +201,15 @@ int pk_group_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t err
  * assignment with equal micro counts on every rank (assign.c). */
 int pk_compat_assign(const pk_ctx_t *ctx, pk_assign_t *out, char *err, size_t errlen);
 
-/* pk_plan_size_estimate of a validated request. */
-uint64_t pk_estimate_plan_bytes(const pk_request_t *req, const pk_cfg_t *cfg);
+/* The shape of a validated request (shape.c). */
+void pk_shape_of(const pk_request_t *req, const pk_cfg_t *cfg, pk_plan_shape_t *shape);
 
-/* Checks `limits` (may be NULL) against a validated request. */
-int pk_check_limits(const pk_request_t *req, const pk_cfg_t *cfg, const pk_limits_t *limits,
-                    char *err, size_t errlen);
+/* The caller's limits (shape.c; limits may be NULL): pk_limit_count
+ * before validation (the sequence count, O(1)), pk_limit_admit after it
+ * (the caller's admission check on the request's shape). */
+int pk_limit_count(const pk_request_t *req, const pk_limits_t *limits, char *err, size_t errlen);
+int pk_limit_admit(const pk_request_t *req, const pk_cfg_t *cfg, const pk_limits_t *limits,
+                   char *err, size_t errlen);
 
 /* Validates a request and fills the effective configuration (validate.c).
  * Returns 0, PK_EINVAL or PK_EPRECOND with a message naming the field and
@@ -267,34 +272,6 @@ uint32_t pk_micro_lower_bound(const pk_ctx_t *ctx);
  * the costlier sharpenings stop once the bound is within 0.5 % of it (the
  * tolerance the planner is judged by). */
 double pk_step_lower_bound(const pk_ctx_t *ctx, uint32_t m, double known_step);
-/* The least value of a convex piecewise-linear function B(lambda) =
- * value(arg, lambda, &runs) + lambda x g on [lo, hi] whose slope at lambda
- * is g - runs (a Lagrangian dual over runs; bounds_runs.c, bounds_padding.c),
- * by cutting planes: the tangents at the ends of the bracket meet at the
- * next lambda to try; the bracket keeps a slope < 0 and one >= 0. Every
- * lambda tried is valid and the least B is returned; the search stops once
- * the tangents' meeting point is within 1e-4 of it, or after 16 tries. lo
- * and hi give B and its slope at the ends; lo.slope >= 0 returns lo.b. */
-typedef double (*pk_dual_fn)(void *arg, double lambda, uint32_t *runs);
-typedef struct pk_dual_end {
-  double lambda, b, slope;
-} pk_dual_end_t;
-double pk_dual_least(pk_dual_fn value, void *arg, double g, pk_dual_end_t lo, pk_dual_end_t hi);
-/* PADDED: a lower bound on the padded cost (sum of rows x c(widest row))
- * that any grouping of the rows into at most `groups` micro-batches pays
- * in all; `total` (the rows' own costs) where no padding is forced or out
- * of memory. by: the items in size-descending order (bounds_padding.c). */
-double pk_padded_least_total(const pk_ctx_t *ctx, const uint32_t *by, uint64_t groups,
-                             double total);
-/* PADDED: lower bounds on the sorted column levels of every plan with m
- * micro-batches per rank, from the least cost of the (j - 1) dp + 1-th
- * costliest micro-batch (bounds_stair.c). Writes level[0 .. j) for the
- * first j levels `budget` (a count of elementary steps) pays for and
- * returns j (0 when out of memory or when no plan has m per rank). by: the
- * items in size-descending order. */
-uint32_t pk_padded_stair(const pk_ctx_t *ctx, const uint32_t *by, uint32_t m, const double *known,
-                         double *level, uint64_t budget);
-
 /* Small utilities (util.c). */
 uint64_t pk_round_up(uint64_t x, uint64_t m);
 uint64_t pk_gcd(uint64_t a, uint64_t b);

@@ -1,11 +1,13 @@
 /* The packd planner: a pure C11 library that turns the sequence lengths of a
  * global batch and a parallel layout into a plan (DP assignment, micro-batches
  * and packed layouts). No I/O, no threads, no global state: every call works
- * only on its arguments, so any number of threads may plan at once.
+ * only on its arguments and its own stack, and whatever a call records for
+ * its caller (AUTO's trace, below) goes into a struct the caller passes, so
+ * any number of threads may plan at once.
  *
  * The request mirrors packd.v1.PlanRequest (proto/packd/v1/packd.proto) with
  * plain C types; zero values mean "default" exactly as in the proto. The
- * codec (server/codec.h) translates between the two and decides nothing.
+ * codec (server/codec/codec.h) translates between the two and decides nothing.
  *
  * Ownership: the caller owns the request and everything it points to; the
  * planner only reads it. pk_plan() allocates the plan; the caller frees it
@@ -177,12 +179,41 @@ typedef struct pk_plan {
  * (always NUL-terminated when errlen > 0). */
 PK_EXPORT int pk_plan(const pk_request_t *req, pk_plan_t **out, char *err, size_t errlen);
 
+/* What the planner knows of a plan before planning it, for a caller's
+ * admission check (pk_limits_t.admit): the request's counts and bounds on
+ * what the plan holds. */
+typedef struct pk_plan_shape {
+  uint64_t sequences;
+  uint32_t dp, mini_batches;
+  /* A lower bound on the plan's micro-batches over all ranks and
+   * mini-batches (min_micro_batches, microbatch_group, the token cap and
+   * max_seqs pooled over the batch). */
+  uint64_t micro_batches;
+  /* An upper bound on a micro-batch's footprint: the token cap, else the
+   * whole batch's. */
+  uint64_t largest_micro;
+} pk_plan_shape_t;
+
+/* Validates req and writes its shape: 0, or the validation's error code
+ * and message. O(n), no allocation. */
+PK_EXPORT int pk_plan_shape(const pk_request_t *req, pk_plan_shape_t *shape, char *err,
+                            size_t errlen);
+
 /* Request-independent limits the caller (the server, the embedded library)
  * sets, checked before any planning so that an oversized request is refused
  * in O(n) time and memory instead of being planned in full. 0: no limit. */
 typedef struct pk_limits {
-  uint64_t max_sequences;  /* Sequences per request. */
-  uint64_t max_plan_bytes; /* pk_plan_size_estimate of the encoded PlanResponse. */
+  uint64_t max_sequences; /* Sequences per request: PK_ELIMIT above. */
+  /* The encoded PlanResponse's size limit. A wire size, so the planner
+   * does not read it: the codec's request path (pk_plan_request) checks
+   * its estimate against it in the admission check below. */
+  uint64_t max_plan_bytes;
+  /* NULL, or the caller's admission check: called once, after the request
+   * is validated and before anything is planned, with the plan's shape. A
+   * nonzero return (a pk_error code, with a message written into err)
+   * refuses the request. */
+  int (*admit)(void *admit_arg, const pk_plan_shape_t *shape, char *err, size_t errlen);
+  void *admit_arg;
   /* A cooperative stop: the planner calls should_stop(stop_arg) between its
    * stages and inside its long loops (every 4096 iterations of a loop), on
    * the planning thread. A nonzero answer stops planning: pk_plan_limited
@@ -195,6 +226,11 @@ typedef struct pk_limits {
    * cheap and must not call back into the planner. NULL: never stops. */
   int (*should_stop)(void *stop_arg);
   void *stop_arg;
+  /* NULL, or where AUTO records its trace: the candidates it tried,
+   * skipped and kept and what each stage gained, for the last mini-batch
+   * it planned (server/planner/auto/auto.h defines the struct; the
+   * benchmarks read it). The planner writes it only during the call. */
+  struct pk_auto_trace *trace;
 } pk_limits_t;
 
 /* The defaults of the server (--max-sequences, --max-plan-bytes) and of
@@ -204,18 +240,10 @@ typedef struct pk_limits {
 #define PK_DEFAULT_MAX_SEQUENCES 4194304u
 #define PK_DEFAULT_MAX_PLAN_BYTES (64ull << 20)
 
-/* An estimate of the bytes of the packed PlanResponse of `req` (plan_id of
- * up to 40 characters included), from the varint sizes of the sequence
- * indices and of the token cap, dp, and a lower bound on the micro-batch
- * count: O(n) time, no allocation. Each field is counted at its largest
- * encoding, which covers AUTO plans (measured 1.03x to 2.0x the real size);
- * compatibility algorithms may use more micro-batches than the bound and
- * come out larger. 0 when the request is invalid. */
-PK_EXPORT uint64_t pk_plan_size_estimate(const pk_request_t *req);
-
-/* pk_plan under `limits` (NULL: none): a request over max_sequences, or
- * whose estimate is over max_plan_bytes, is PK_ENOMEM (RESOURCE_EXHAUSTED)
- * with a message naming the limit and the figure, before any planning. */
+/* pk_plan under `limits` (NULL: none): a request over max_sequences is
+ * PK_ELIMIT (RESOURCE_EXHAUSTED) with a message naming the limit and the
+ * figure before it is even validated; then, validated, it goes through the
+ * admission check (limits->admit), then it is planned. */
 PK_EXPORT int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_t **out,
                               char *err, size_t errlen);
 

@@ -217,13 +217,14 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
   *out = NULL;
 
   /* The sequence count first: it needs no pass over the lengths. Then the
-   * whole request, then the size estimate, all before any allocation. */
+   * whole request, then the caller's admission check, all before any
+   * allocation. */
   pk_cfg_t cfg;
-  int rc = req != NULL ? pk_check_limits(req, NULL, limits, err, errlen) : 0;
+  int rc = req != NULL ? pk_limit_count(req, limits, err, errlen) : 0;
   if (rc == 0)
     rc = pk_validate(req, &cfg, err, errlen);
   if (rc == 0)
-    rc = pk_check_limits(req, &cfg, limits, err, errlen);
+    rc = pk_limit_admit(req, &cfg, limits, err, errlen);
   if (rc != 0)
     return rc;
 
@@ -271,7 +272,8 @@ int pk_plan_limited(const pk_request_t *req, const pk_limits_t *limits, pk_plan_
                     .cost = cost,
                     .len = len,
                     .groups = req->groups,
-                    .limits = stages};
+                    .limits = stages,
+                    .trace = limits != NULL ? limits->trace : NULL};
     uint32_t tick = 0;
     bool stop = pk_stopped(&ctx);
     for (uint32_t k = 0; k < m && !stop; k++) {

@@ -85,6 +85,8 @@ const char *pk_strerror(int code) {
     return "not found";
   case PK_ECANCELED:
     return "cancelled";
+  case PK_ELIMIT:
+    return "over a configured limit";
   default:
     return "unknown error";
   }

@@ -5,7 +5,10 @@
  * planning (the limits below; decoding alone still sees every input):
  *   at most PK_FUZZ_MAX_SEQS lengths, loss tokens and groups;
  *   dp, pp, vpp, mini_batches, min_micro_batches and microbatch_group at most
- *   PK_FUZZ_MAX_DEGREE each (their product sizes the plan). */
+ *   PK_FUZZ_MAX_DEGREE each (their product sizes the plan).
+ * The fuzz build always has the planner's self-checks (PK_SELF_CHECK), so a
+ * stage that breaks its contract answers PK_EINTERNAL, which is a crash
+ * here. */
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -60,6 +63,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     packd__v1__plan_response__free_unpacked(r, NULL);
     pk_codec_free_bytes(resp);
   } else if (resp != NULL || memchr(err, '\0', sizeof err) == NULL) {
+    abort();
+  } else if (rc == PK_EINTERNAL) {
+    /* A broken invariant: this build has the planner's self-checks
+     * (PK_SELF_CHECK), which answer PK_EINTERNAL naming the stage. */
     abort();
   }
   return 0;

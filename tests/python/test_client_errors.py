@@ -22,7 +22,9 @@ from packd.testing import ServerProcess, free_port  # noqa: E402
 
 @pytest.fixture(scope="module")
 def server():
-    with ServerProcess() as srv:
+    # Every failed call logged (no --log-refused-interval limit): the tests
+    # read each message back from the log.
+    with ServerProcess(args=("--log-refused-interval", "0")) as srv:
         yield srv
 
 

@@ -538,7 +538,18 @@ def test_password_file_and_auth(replicas, tmp_path):
         bad.write_text("wrong-Pw")
         a = replicas.start(r.url, "--plan-store-password-file", str(good))
         b = replicas.start(r.url, env={"PACKD_PLAN_STORE_PASSWORD_FILE": str(good)})
-        c = replicas.start(r.url, "--plan-store-password-file", str(bad))
+        # A wrong password fails start-up, naming the store and the way out;
+        # no password at all for a store that wants one, too.
+        for args in (("--plan-store-password-file", str(bad)), ()):
+            proc, log_path = h.launch("--plan-store", r.url, *args)
+            assert proc.wait(timeout=15) == 2
+            text = open(log_path).read()
+            os.unlink(log_path)
+            assert "refused authentication" in text and r.where in text, text
+            assert "--plan-store-optional" in text and "wrong-Pw" not in text, text
+        # With --plan-store-optional it serves, and says why it cannot share.
+        c = replicas.start(r.url, "--plan-store-password-file", str(bad), "--plan-store-optional")
+        assert "refused authentication" in c.log()
         resp = plan(a, lengths_for(30), dp=2)
         with b.channel() as ch:
             assert rank_bytes(ch, resp.plan_id, 1) == expected_rank(resp, 1)

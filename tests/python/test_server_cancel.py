@@ -250,8 +250,10 @@ def test_calls_that_leave_while_queued_are_answered_at_once_and_counted_cancelle
     """One worker sleeps in the debug delay; the calls queued behind it are
     cancelled by their clients and must be answered (and logged) at once,
     as CANCELLED, without a delay of their own; cancelling the call in the
-    delay ends the delay."""
-    srv = h.start("--workers", "1", "--debug-delay-ms", "5000", "--log-level", "info")
+    delay ends the delay. Every failed call is logged here
+    (--log-refused-interval 0), so the log is counted too."""
+    srv = h.start("--workers", "1", "--debug-delay-ms", "5000", "--log-level", "info",
+                  "--log-refused-interval", "0")
     try:
         ch = srv.channel()
         plan = ch.unary_unary(

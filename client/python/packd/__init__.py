@@ -38,10 +38,10 @@ _LAZY = {
     "calibrate": ("calibration", "calibrate"),
     "load_manifest": ("manifest", "load_manifest"),
 }
-_SUBMODULES = ("layout", "verl", "roll", "gpu", "errors", "client", "plan", "calibration", "timing", "manifest",
+_SUBMODULES = ("layout", "verl", "roll", "megatron", "gpu", "errors", "client", "plan", "calibration", "timing", "manifest",
                "dcp")
 
-__all__ = sorted(_LAZY) + ["layout", "verl", "roll", "timing"]
+__all__ = sorted(_LAZY) + ["layout", "verl", "roll", "megatron", "timing"]
 
 
 def __getattr__(name):

@@ -1,6 +1,6 @@
 """The embedded planner: libpackd.so through ctypes.
 
-``pk_plan_bytes`` (server/codec.h) takes serialized PlanRequest bytes and
+``pk_plan_bytes`` (server/codec/codec.h) takes serialized PlanRequest bytes and
 returns serialized PlanResponse bytes, running the same codec and planner
 as the server. Because the Python side hands over exactly the bytes it
 would send over gRPC and parses exactly the bytes it would receive, remote

@@ -27,25 +27,28 @@
  * Contract: the count is never below the bound, and the step bound
  * (bounds.c) is computed for the count reached.
  *
- * Stage 2, candidate packers (driver.c picks, each packer in its file).
- * The winner's name goes into the trace (pk_auto_trace_t below).
+ * Stage 2, candidate packers, as tables: {name, worth, run} entries
+ * (packed_best.c for PACKED, padded_best.c for PADDED; each packer in its
+ * own file). A loop runs the entries worth running, keeps the best packing
+ * and records every candidate's fate in the trace (pk_auto_trace_t below):
+ * best so far, fitted but not kept, did not fit, or skipped with why.
  *   PACKED, nearly full: "first-fit" (packed.c: first fit decreasing,
- *   micro-batches sorted by cost and dealt in tiers of dp), "tighten"
- *   (complete.c and repair.c, below first fit's count) and "exact" (exact.c,
- *   small batches); then, unless first fit is within PK_AUTO_GOOD_ENOUGH
+ *   micro-batches sorted by cost and dealt in tiers of dp), after the
+ *   count stage's "tighten" and "exact-below" where first fit needs more
+ *   than the bound; then, unless first fit is within PK_AUTO_GOOD_ENOUGH
  *   of the step bound or the count was tightened, the column packers below,
  *   and one that fits is kept over first fit (its columns refine better).
- *   PACKED otherwise: the column packers "levels" (packed.c: each column's
- *   level set by its largest item, items placed without raising levels) and
- *   "tiers" (like items dealt in tiers of dp): the first, and the second
- *   unless the first is within PK_AUTO_CLOSE of the step bound, the lower
- *   step kept; where neither fits, "first-fit", then under max_seqs
- *   "completion" (complete.c), then "exact". With equal_count only "tiers",
- *   then "exact".
- *   PADDED (padded_best.c): "halved", then each entry of the table
- *   padded_candidates whose worth() says it may pay ("even-band", "levels",
- *   "cap-levels", "cut-search" in runs.c, "level-search" in levels.c); the
- *   lowest step is kept. With equal_count only whole tiers per column.
+ *   PACKED otherwise: the column packers "level-columns" (packed.c: each
+ *   column's level set by its largest item, items placed without raising
+ *   levels) and "tier-columns" (like items dealt in tiers of dp): the
+ *   first, and the second unless the first is within PK_AUTO_CLOSE of the
+ *   step bound, the lower step kept; where neither fits, "first-fit", then
+ *   under max_seqs "completion" (complete.c), then "exact" (exact.c). With
+ *   equal_count only "tier-columns", then "exact".
+ *   PADDED: "halved", then each entry of padded_candidates whose worth()
+ *   says it may pay ("even-band", "levels", "cap-levels", "cut-search" in
+ *   runs.c, "level-search" in levels.c); the lowest step is kept. With
+ *   equal_count only whole tiers per column ("padded-tiers").
  * Contract: a packer returns 0 with every item placed under the cap and
  * max_seqs, or PK_EPRECOND (does not fit at this count; the state may hold
  * anything), PK_ENOMEM or PK_ECANCELED.
@@ -118,6 +121,15 @@ static inline bool pk_auto_tick(pk_auto_stop_t *st, uint32_t work) {
   return pk_auto_poll(st);
 }
 
+/* For the body of a cheap loop with counter i: ticks PK_AUTO_TICK_BATCH
+ * units once every PK_AUTO_TICK_BATCH iterations (at i = 0 too). */
+static inline bool pk_auto_tick_loop(pk_auto_stop_t *st, uint64_t i) {
+  return (i & (PK_AUTO_TICK_BATCH - 1)) == 0 && pk_auto_tick(st, PK_AUTO_TICK_BATCH);
+}
+
+/* A cost no level reaches: the sentinel of unset levels and heads. */
+#define PK_AUTO_NO_LEVEL 1e308
+
 /* Whether a stop was seen already (never calls the callback). */
 static inline bool pk_auto_stopped(const pk_auto_stop_t *st) {
   return st != NULL && st->stopped;
@@ -125,15 +137,34 @@ static inline bool pk_auto_stopped(const pk_auto_stop_t *st) {
 
 /* ---- The trace: which candidate won, what each stage gained ---------------- */
 
-#define PK_AUTO_TRACE_STAGES 16
+/* Records past this many are dropped (the count search may try many
+ * counts); a structural size, not a tuning value. */
+#define PK_AUTO_TRACE_STAGES 32
+
+/* What became of a stage: an improver ran; a candidate packer's packing
+ * was the best so far, fitted but was not kept, did not fit, or the packer
+ * was not run (its record's `why` says why). */
+typedef enum pk_auto_fate {
+  PK_FATE_RAN = 0,
+  PK_FATE_BEST,
+  PK_FATE_WORSE,
+  PK_FATE_NO_FIT,
+  PK_FATE_SKIPPED,
+} pk_auto_fate_t;
 
 typedef struct pk_auto_stage_rec {
-  const char *name; /* A packer or improver name (the overview's). */
-  double before;    /* Step cost before the stage (0 for a packer). */
-  double after;     /* Step cost after it (its packing's, for a packer). */
-  double us;        /* Its wall-clock time, microseconds. */
+  const char *name;    /* A packer or improver name (the overview's). */
+  pk_auto_fate_t fate; /* See pk_auto_fate_t. */
+  const char *why;     /* PK_FATE_SKIPPED: the reason; else NULL. */
+  uint32_t m;          /* The count it ran at. */
+  double before;       /* Step cost before it (the best so far; 0: none). */
+  double after;        /* Its packing's step cost (0 where it did not fit). */
+  double us;           /* Its wall-clock time, microseconds. */
 } pk_auto_stage_rec_t;
 
+/* One AUTO mini-batch's trace. It lives in the run (driver.c) and is
+ * copied to the caller's pk_limits_t.trace at the end, so that planning
+ * keeps no state outside the caller's structs. */
 typedef struct pk_auto_trace {
   const char *winner; /* The candidate packer whose packing was kept. */
   uint32_t m;         /* The count reached. */
@@ -142,11 +173,10 @@ typedef struct pk_auto_trace {
   pk_auto_stage_rec_t stage[PK_AUTO_TRACE_STAGES];
 } pk_auto_trace_t;
 
-/* The trace of the calling thread's last AUTO mini-batch (trace.c): what
- * bench_planner --trace prints. Never NULL; zeroed at the start of each. */
-pk_auto_trace_t *pk_auto_trace_last(void);
-/* Appends a record (dropped past PK_AUTO_TRACE_STAGES). */
-void pk_auto_trace_add(const char *name, double before, double after, double us);
+/* Appends a record (dropped past PK_AUTO_TRACE_STAGES); t may be NULL. */
+void pk_auto_trace_add(pk_auto_trace_t *t, pk_auto_stage_rec_t rec);
+/* The fate's name ("ran", "best", "worse", "no-fit", "skipped"). */
+const char *pk_auto_fate_name(pk_auto_fate_t fate);
 /* Microseconds of a monotonic clock. */
 double pk_auto_now_us(void);
 
@@ -161,18 +191,19 @@ typedef struct slot_key {
 typedef struct auto_state {
   const pk_ctx_t *ctx;
   uint32_t dp, m;
-  pk_bin_t *bins;       /* m * dp, bin = column * dp + slot. */
-  uint64_t *col_foot;   /* Largest micro-batch footprint of the column. */
-  uint32_t *slots;      /* dp scratch. */
-  uint32_t *tmp;        /* dp scratch. */
-  slot_key_t *keys;     /* dp scratch (pk_auto_sort_slots). */
-  uint32_t *item_bin;   /* n */
-  room_tree_t cols;     /* Per column: room of its fullest micro-batch (tiers)
-                         * or of its roomiest one plus one (level packing). */
-  room_tree_t bins_rt;  /* Room of each micro-batch (first fit). */
-  room_tree_t col_room; /* Token room left per column (level packing). */
-  pk_auto_stop_t *stop; /* The stop poll (NULL: never stops); a pointer so
-                         * that stages given a const state may tick it. */
+  pk_bin_t *bins;         /* m * dp, bin = column * dp + slot. */
+  uint64_t *col_foot;     /* Largest micro-batch footprint of the column. */
+  uint32_t *slots;        /* dp scratch. */
+  uint32_t *tmp;          /* dp scratch. */
+  slot_key_t *keys;       /* dp scratch (pk_auto_sort_slots). */
+  uint32_t *item_bin;     /* n */
+  room_tree_t cols;       /* Per column: room of its fullest micro-batch (tiers)
+                           * or of its roomiest one plus one (level packing). */
+  room_tree_t bins_rt;    /* Room of each micro-batch (first fit). */
+  room_tree_t col_room;   /* Token room left per column (level packing). */
+  pk_auto_stop_t *stop;   /* The stop poll (NULL: never stops); a pointer so
+                           * that stages given a const state may tick it. */
+  pk_auto_trace_t *trace; /* The run's trace (never NULL in a run). */
 } auto_state_t;
 
 /* ---- Packings (bins.c) -------------------------------------------------- */
@@ -207,7 +238,8 @@ static inline pk_packing_t pk_auto_packing(auto_state_t *s) {
 bool pk_auto_clear_bins(auto_state_t *s, size_t count);
 /* The room micro-batch i has left (0 when it holds max_seqs items). */
 uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i);
-/* Column c's level: the cost of its costliest micro-batch. */
+/* Column c's level: the cost of its costliest micro-batch (in PADDED
+ * mode rows x c(widest row), pk_padded_cost). */
 double pk_auto_column_level(const auto_state_t *s, uint32_t c);
 /* The step cost of the state: the sum of its m column levels. */
 double pk_auto_step(const auto_state_t *s);
@@ -234,7 +266,8 @@ void pk_auto_move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t
 void pk_auto_permute_bins(auto_state_t *s, const uint32_t *perm, uint32_t nbins, uint32_t *tmp,
                           pk_bin_t *moved);
 
-/* PACKED (packed.c). saved_* hold s->m x dp micro-batches and n items. */
+/* PACKED (packed.c): the column packers and first fit, each packing the
+ * state at s->m (0 or PK_EPRECOND: does not fit there). */
 int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order);
 /* The second half of pk_auto_pack_bins_first, after first fit placed every
@@ -242,8 +275,6 @@ int pk_auto_pack_bins_first(auto_state_t *s, const uint32_t *order);
  * and sorts the micro-batches into columns. */
 int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order);
 int pk_auto_pack_tiers(auto_state_t *s, const uint32_t *order);
-int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, bool tiers_first,
-                      pk_packing_t *saved);
 int pk_auto_refine_columns(auto_state_t *s);
 /* Moves items from the costliest micro-batches of each column into
  * micro-batches of other columns below their level (lower.c). */
@@ -256,11 +287,10 @@ int pk_auto_lower_columns(auto_state_t *s);
  * items of the micro-batches beyond it and places them into the others
  * (swaps gather room); stops at the first count that fails. *count is the
  * lowest count reached (top when none), and s->bins, s->item_bin hold its
- * packing (micro-batches beyond it empty). save_* are scratch for top x dp
+ * packing (micro-batches beyond it empty). `save` is scratch for top x dp
  * micro-batches and n items. Returns 0 or PK_ENOMEM. */
 int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
-                        uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin,
-                        uint32_t *count);
+                        uint32_t group, pk_packing_t save, uint32_t *count);
 
 /* Micro-batch completion (complete.c), PACKED: fills micro-batches
  * one at a time, the largest item left first, then the largest that fits;
@@ -272,11 +302,11 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
  * size left, up to the items left per micro-batch left to `target`, and for
  * the smallest items left as they are), the one needing the fewest
  * micro-batches kept. `order` is size-descending.
- * Writes bins[0 .. nbins) (zeroed first) and item_bin; *used is the number
+ * Writes out's bins[0 .. nbins) (zeroed first) and item_bin; *used is the number
  * of micro-batches filled, in front. PK_EPRECOND when the items need more
  * than nbins; PK_ENOMEM. */
 int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t target,
-                          uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used);
+                          uint32_t nbins, pk_packing_t out, uint32_t *used);
 
 /* Where first fit decreasing (s->bins, s->item_bin: every item placed in
  * `top` x dp micro-batches) needs more than lo columns: micro-batch
@@ -284,10 +314,11 @@ int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t
  * last aim reached, at least a group more; at most 4 packings) where
  * it needs fewer than top, else first fit; either repaired down
  * (pk_auto_repair_down) towards lo. *count and s->bins,
- * s->item_bin as pk_auto_repair_down leaves them. save_* as there. Returns
+ * s->item_bin as pk_auto_repair_down leaves them. `scratch` as `save`
+ * there. Returns
  * 0 or PK_ENOMEM. */
 int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
-                    uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin, uint32_t *count);
+                    uint32_t group, pk_packing_t scratch, uint32_t *count);
 
 /* The exact search (exact.c), PACKED; its budget is PK_EXACT_STEPS. */
 typedef struct pk_exact_budget {
@@ -303,6 +334,29 @@ typedef struct pk_exact_budget {
  * exists, the search ran out of steps (budget->exhausted counts it) or it
  * does not apply; s unchanged. PK_ENOMEM. Deterministic. */
 int pk_auto_exact(auto_state_t *s, const uint32_t *order, uint32_t m, pk_exact_budget_t *budget);
+
+/* The count search's memory across the counts it tries (driver.c; the
+ * PACKED candidates read and update it). */
+typedef struct pk_count_search {
+  uint32_t max_m;          /* n / dp: every micro-batch needs an item. */
+  uint64_t total_size;     /* The items' summed footprint. */
+  pk_exact_budget_t exact; /* Shared by every count the search is tried at. */
+  uint32_t exact_m;        /* The last count it was tried at (0: none). */
+  uint32_t ffd_m;          /* First fit's least count (0: not probed). */
+  uint32_t complete_m;     /* The count completion needed (max_seqs). */
+  /* The bisection's ends: the last count that failed, the least that fit
+   * (0: not bisecting). */
+  uint32_t bis_lo, bis_hi;
+} pk_count_search_t;
+
+/* Stage 2, PACKED, at count *m (packed_best.c): the candidate table, the
+ * best packing kept and every candidate's fate in the trace. *m may move
+ * (first fit's count, tightening, completion's count); *again asks the
+ * count search to try *m afresh. 0, PK_EPRECOND (none fits at *m),
+ * PK_ENOMEM, PK_ECANCELED. `saved` holds max_m x dp micro-batches and n
+ * items. */
+int pk_auto_pack_packed_best(auto_state_t *s, const uint32_t *order, pk_count_search_t *cs,
+                             pk_packing_t *saved, uint32_t *m, bool *again);
 
 /* PADDED (padded.c). A run of the width-sorted order: a micro-batch
  * whose widest row is the run's first. */
@@ -408,7 +462,7 @@ int pk_auto_lower_padded(auto_state_t *s);
  * an even band or in column levels, then the cut search and the level
  * search from the best),
  * each refined; keeps the lowest step cost. PK_EPRECOND
- * when m columns cannot hold the items. saved_* hold m x dp micro-batches
+ * when m columns cannot hold the items. `saved` holds m x dp micro-batches
  * and n items. */
 int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
                              pk_packing_t *saved);

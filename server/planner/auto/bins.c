@@ -21,9 +21,16 @@ uint64_t pk_auto_bin_room(const auto_state_t *s, uint32_t i) {
 }
 
 double pk_auto_column_level(const auto_state_t *s, uint32_t c) {
+  /* A PADDED micro-batch costs rows x c(widest row), which its PADDED
+   * stages lower; b->cost, the sum of its rows' own costs, is what the
+   * other modes pay. */
+  const pk_cfg_t *cfg = s->ctx->cfg;
+  bool padded = cfg->mode == PK_MODE_PADDED;
   double level = 0;
-  for (uint32_t q = 0; q < s->dp; q++)
-    level = PK_MAX(level, s->bins[(size_t)c * s->dp + q].cost);
+  for (uint32_t q = 0; q < s->dp; q++) {
+    const pk_bin_t *b = &s->bins[(size_t)c * s->dp + q];
+    level = PK_MAX(level, padded ? pk_padded_cost(cfg, b->count, b->width) : b->cost);
+  }
   return level;
 }
 
@@ -118,7 +125,7 @@ int pk_auto_place_rest(auto_state_t *s, const uint32_t *items, uint32_t count) {
   uint32_t nbins = s->m * s->dp;
   for (uint32_t i = 0; i < s->bins_rt.leaves; i++) {
     /* Millions of leaves where the pass spans every possible count. */
-    if ((i & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+    if (pk_auto_tick_loop(s->stop, i))
       return PK_ECANCELED;
     s->bins_rt.t[s->bins_rt.leaves + i] = i < nbins ? pk_auto_bin_room(s, i) : 0;
   }
@@ -178,9 +185,7 @@ void pk_auto_move_item(auto_state_t *s, uint32_t *head, uint32_t *next, uint32_t
 }
 
 bool pk_auto_clear_bins(auto_state_t *s, size_t count) {
-  /* 64 Ki micro-batches (2 MiB) at a time: clearing n of them for a pass
-   * over every possible count takes a hundred milliseconds at 4 M. */
-  const size_t chunk = (size_t)1 << 16;
+  const size_t chunk = PK_AUTO_CLEAR_CHUNK;
   for (size_t at = 0; at < count; at += chunk) {
     if (pk_auto_tick(s->stop, PK_AUTO_POLL_EVERY))
       return false;

@@ -399,7 +399,7 @@ static int complete_pool_build(const pk_ctx_t *ctx, const uint32_t *order, compl
       p->first == NULL || p->taken == NULL || set_init(&p->left, n) != 0)
     return PK_ENOMEM;
   for (uint32_t j = 0; j < n; j++) {
-    if ((j & 1023) == 0 && pk_auto_tick(stop, 1024))
+    if (pk_auto_tick_loop(stop, j))
       return PK_ECANCELED;
     uint64_t size = ctx->size[order[j]];
     cp->total += size;
@@ -424,8 +424,7 @@ static void complete_pool_reset(complete_pool_t *cp) {
 
 /* One completion packing (pk_auto_pack_complete). */
 static int complete_once(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t target,
-                         keep_mode_t mode, uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin,
-                         uint32_t *used) {
+                         keep_mode_t mode, uint32_t nbins, pk_packing_t out, uint32_t *used) {
   const pk_cfg_t *cfg = ctx->cfg;
   uint32_t n = ctx->n;
   size_pool_t *p = &cp->p;
@@ -434,13 +433,15 @@ static int complete_once(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
   /* The room the micro-batches may leave in all, were they target (exact:
    * integers below 2^53). */
   double budget = (double)target * (double)cfg->cap - (double)cp->total;
-  memset(bins, 0, (size_t)nbins * sizeof *bins);
+  memset(out.bins, 0, (size_t)nbins * sizeof *out.bins);
 
   uint32_t placed = 0, b = 0;
   for (; placed < n; b++) {
     if (b == nbins)
       return PK_EPRECOND;
-    if (pk_auto_tick(cp->stop, cfg->max_seqs == UINT32_MAX ? 16 : PK_MIN(cfg->max_seqs, 64)))
+    if (pk_auto_tick(cp->stop, cfg->max_seqs == UINT32_MAX
+                                   ? PK_COMPLETE_TICK
+                                   : PK_MIN(cfg->max_seqs, PK_COMPLETE_TICK_MAX)))
       return PK_ECANCELED;
     /* The exchange only where the room left exceeds this micro-batch's
      * share of the budget left (see the top of this file). */
@@ -455,14 +456,14 @@ static int complete_once(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
     budget -= (double)left;
     /* pk_bin_add, with the size and cost read by rank (the items' own
      * entries lie scattered in memory). */
-    pk_bin_t *bin = &bins[b];
+    pk_bin_t *bin = &out.bins[b];
     for (uint32_t q = 0; q < top; q++) {
       uint64_t size = p->size[ranks[q]];
       bin->sum += size;
       bin->width = PK_MAX(bin->width, size);
       bin->count++;
       bin->cost += p->cost[ranks[q]];
-      item_bin[items[q]] = b;
+      out.item_bin[items[q]] = b;
     }
     placed += top;
   }
@@ -472,17 +473,16 @@ static int complete_once(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
 
 /* pk_auto_pack_complete over a pool built already. */
 static int pack_complete(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t target, uint32_t nbins,
-                         pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
-  int rc = complete_once(ctx, cp, target, KEEP_NONE, nbins, bins, item_bin, used);
+                         pk_packing_t out, uint32_t *used) {
+  int rc = complete_once(ctx, cp, target, KEEP_NONE, nbins, out, used);
   if (ctx->cfg->max_seqs == UINT32_MAX || (rc != 0 && rc != PK_EPRECOND))
     return rc;
   /* max_seqs: also the packings that keep room for later slots, each kept
    * where it needs fewer micro-batches than the best so far (it is given
    * one fewer to use). */
   uint32_t n = ctx->n;
-  pk_bin_t *alt_bins = pk_malloc_array(nbins > 0 ? nbins : 1, sizeof *alt_bins);
-  uint32_t *alt_item_bin = pk_malloc_array(n, sizeof *alt_item_bin);
-  if (alt_bins == NULL || alt_item_bin == NULL)
+  pk_packing_t alt = {0};
+  if (pk_packing_alloc(&alt, nbins > 0 ? nbins : 1, n) != 0)
     rc = PK_ENOMEM;
   for (keep_mode_t mode = KEEP_MAX_SEQS; mode <= KEEP_SMALLEST && (rc == 0 || rc == PK_EPRECOND);
        mode++) {
@@ -493,44 +493,41 @@ static int pack_complete(const pk_ctx_t *ctx, complete_pool_t *cp, uint32_t targ
       rc = PK_ECANCELED;
       break;
     }
-    int alt = complete_once(ctx, cp, target, mode, fewer - 1, alt_bins, alt_item_bin, &got);
-    if (alt == 0) {
-      pk_packing_t dst = {bins, item_bin}, src = {alt_bins, alt_item_bin};
-      pk_packing_copy(&dst, &src, got, n);
-      memset(bins + got, 0, (size_t)(nbins - got) * sizeof *bins);
+    int alt_rc = complete_once(ctx, cp, target, mode, fewer - 1, alt, &got);
+    if (alt_rc == 0) {
+      pk_packing_copy(&out, &alt, got, n);
+      memset(out.bins + got, 0, (size_t)(nbins - got) * sizeof *out.bins);
       *used = got;
       rc = 0;
-    } else if (alt != PK_EPRECOND) {
-      rc = alt; /* PK_ENOMEM or PK_ECANCELED. */
+    } else if (alt_rc != PK_EPRECOND) {
+      rc = alt_rc; /* PK_ENOMEM or PK_ECANCELED. */
     }
   }
-  free(alt_bins);
-  free(alt_item_bin);
+  pk_packing_free(&alt);
   return rc;
 }
 
 int pk_auto_pack_complete(const auto_state_t *s, const uint32_t *order, uint32_t target,
-                          uint32_t nbins, pk_bin_t *bins, uint32_t *item_bin, uint32_t *used) {
+                          uint32_t nbins, pk_packing_t out, uint32_t *used) {
   complete_pool_t cp;
   int rc = complete_pool_build(s->ctx, order, &cp, s->stop);
   if (rc == 0)
-    rc = pack_complete(s->ctx, &cp, target, nbins, bins, item_bin, used);
+    rc = pack_complete(s->ctx, &cp, target, nbins, out, used);
   complete_pool_free(&cp);
   return rc;
 }
 
-/* Moves the packing in bins / item_bin (count x dp micro-batches, from
+/* Moves the packing `from` (count x dp micro-batches, from
  * pk_auto_pack_complete) into s, over `top` x dp micro-batches. */
-static void adopt(auto_state_t *s, uint32_t count, uint32_t top, pk_bin_t *bins,
-                  uint32_t *item_bin) {
+static void adopt(auto_state_t *s, uint32_t count, uint32_t top, const pk_packing_t *from) {
   size_t dp = s->dp;
-  pk_packing_t cur = pk_auto_packing(s), from = {bins, item_bin};
-  pk_packing_copy(&cur, &from, count * dp, s->ctx->n);
+  pk_packing_t cur = pk_auto_packing(s);
+  pk_packing_copy(&cur, from, count * dp, s->ctx->n);
   memset(s->bins + count * dp, 0, (top - count) * dp * sizeof *s->bins);
 }
 
 int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
-                    uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin, uint32_t *count) {
+                    uint32_t group, pk_packing_t scratch, uint32_t *count) {
   uint32_t dp = s->dp, best = top;
   /* Completion first (it reaches lower counts than the repair of first fit
    * on the bench's random rollout batches), at most PK_COMPLETE_TRIES times, then the repair of
@@ -559,7 +556,7 @@ int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_
         goto repair;
     tried[tries] = aim;
     uint32_t used = 0;
-    int rc = pack_complete(s->ctx, &cp, aim, top * dp, save_bins, save_item_bin, &used);
+    int rc = pack_complete(s->ctx, &cp, aim, top * dp, scratch, &used);
     if (rc != 0 && rc != PK_EPRECOND) {
       complete_pool_free(&cp);
       return rc;
@@ -569,7 +566,7 @@ int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_
     uint32_t reached = (uint32_t)pk_round_up((used + dp - 1) / dp, group);
     if (rc == 0 && reached < best) {
       best = reached;
-      adopt(s, best, top, save_bins, save_item_bin);
+      adopt(s, best, top, &scratch);
     }
     if (pk_auto_poll(s->stop)) {
       complete_pool_free(&cp);
@@ -585,5 +582,5 @@ int pk_auto_tighten(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_
   }
 repair:
   complete_pool_free(&cp);
-  return pk_auto_repair_down(s, order, lo, best, group, save_bins, save_item_bin, count);
+  return pk_auto_repair_down(s, order, lo, best, group, scratch, count);
 }

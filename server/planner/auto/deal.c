@@ -66,7 +66,7 @@ int pk_auto_deal(auto_state_t *s, pk_assign_t *out) {
     }
   }
   for (uint32_t k = 0; k < n && rc == 0; k++) {
-    if ((k & 1023) == 0 && pk_auto_tick(s->stop, 1024)) {
+    if (pk_auto_tick_loop(s->stop, k)) {
       rc = PK_ECANCELED;
       break;
     }

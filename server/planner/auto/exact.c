@@ -511,7 +511,7 @@ static int run_pass(ex_search_t *x, uint64_t steps) {
  * of a half, a quarter and an eighth; see the top). */
 static int run(ex_search_t *x) {
   x->classes = true;
-  int rc = run_pass(x, x->steps / 4);
+  int rc = run_pass(x, x->steps / PK_EXACT_CLASS_SHARE);
   if (rc != -1)
     return rc;
   x->classes = false;

@@ -5,9 +5,10 @@
  * request (the plan store and the replicas compare plans byte for byte), so
  * none of them is read from the environment. Numerical tolerances that only
  * absorb floating-point rounding are at the end; changing them changes no
- * decision on real data, only ties. Knobs private to one loop of one file
- * (the exact search's frame layout, the completion pool's index width) stay
- * beside that loop. */
+ * decision on real data, only ties. What stays beside the code is
+ * structural only (array sizes, bit widths, the index layout of a bitset,
+ * a random draw's bit fields, unit conversions); every tolerance, budget
+ * and tuning value is here. */
 #ifndef PK_AUTO_KNOBS_H
 #define PK_AUTO_KNOBS_H
 
@@ -18,6 +19,27 @@
  * unit this is 0.1 to 1 ms between polls: a 4 M-sequence plan stops well
  * within 100 ms, and the callback's cost stays below measurement. */
 #define PK_AUTO_POLL_EVERY 4096u
+
+/* Iterations of a cheap loop (an item placed, a row counted) between two
+ * ticks of the stop counter (pk_auto_tick_loop): the loop pays a mask test
+ * per iteration and a tick per PK_AUTO_TICK_BATCH. Unit: iterations; a
+ * power of two. */
+#define PK_AUTO_TICK_BATCH 1024u
+
+/* Micro-batches cleared between two polls (pk_auto_clear_bins): 64 Ki
+ * micro-batches are 2 MiB; clearing a pass over every possible count takes
+ * a hundred milliseconds at 4 M sequences. Unit: micro-batches. */
+#define PK_AUTO_CLEAR_CHUNK (1u << 16)
+
+/* Work units charged per micro-batch completion fills (complete.c): 16
+ * without max_seqs, else max_seqs up to 64 (the items it may take). Unit:
+ * work units. */
+#define PK_COMPLETE_TICK 16u
+#define PK_COMPLETE_TICK_MAX 64u
+
+/* First fit repair (repair.c): item pairs read per work unit of the stop
+ * counter (a pair read is a few ns). Unit: pairs. */
+#define PK_REPAIR_PAIRS_PER_TICK 64u
 
 /* ---- Count: the least M at which a candidate fits ------------------------ */
 
@@ -54,6 +76,11 @@
  * searches run out of steps more often. Unit: sequences. */
 #define PK_EXACT_MAX_ITEMS 256u
 
+/* The exact search's first pass (by size classes) gets 1 / this share of
+ * its steps and the plain order the rest: measured best of a half, a
+ * quarter and an eighth (exact.c). Unit: share. */
+#define PK_EXACT_CLASS_SHARE 4u
+
 /* PADDED: the even band is tried where halving split at least this share
  * of the runs (1 / PK_PADDED_EVEN_SHARE); below, the halved runs are
  * already even. Unit: runs per halving. */
@@ -70,6 +97,16 @@
  * PK_CUT_READS tier tops. At 8 runs per tier 20000 moves lower the step by
  * up to 4 % (about 1 ms at 40 runs); at 64 per tier (n = 4096, DP 64)
  * 50000 moves gained 0.7 % on one of 8 samples at 3 to 14 ms. */
+/* The cut search's start temperature: the larger of PK_CUT_TEMP_STEP of the
+ * step cost and PK_CUT_TEMP_ROW of the mean row cost, so that moving a row
+ * or two can climb early on in small batches too. Unit: fractions. */
+/* A cut search move shifts one cut by up to PK_CUT_SHIFT_MAX rows, but
+ * one move in PK_CUT_SPLIT_EVERY (a power of two) merges two runs and
+ * splits another. Unit: rows; moves. */
+#define PK_CUT_SHIFT_MAX 3
+#define PK_CUT_SPLIT_EVERY 4u
+#define PK_CUT_TEMP_STEP 2e-3
+#define PK_CUT_TEMP_ROW 0.15
 #define PK_CUT_MAX_RUNS 512u
 #define PK_CUT_MAX_DP 32u
 #define PK_CUT_MOVES 20000u
@@ -115,6 +152,26 @@
 #define PK_WALK_SWEEPS 3
 #define PK_WALK_MAX_WALKS 400u
 
+/* The level search's tail target (levels.c): moved down or up from the
+ * last walk's by PK_WALK_TARGET_STEP, doubling each time (down at most
+ * PK_WALK_TARGET_MAX_FALL), then bisected to PK_WALK_TARGET_TOL of it;
+ * the first walk raises unfit levels by PK_WALK_START_RAISE up to
+ * PK_WALK_START_TRIES times; a batch of runs read costs
+ * PK_WALK_BATCH_UNITS work units. Unit: fractions of the target; tries;
+ * work units. */
+#define PK_WALK_TARGET_STEP 0.01
+#define PK_WALK_TARGET_MAX_FALL 0.5
+#define PK_WALK_TARGET_TOL 1e-5
+#define PK_WALK_START_RAISE 1.002
+#define PK_WALK_START_TRIES 64
+#define PK_WALK_BATCH_UNITS 8u
+
+/* PADDED targets (padded.c): the least target of a count is bisected to
+ * PK_PADDED_TARGET_TOL of it, the even band's low end to
+ * PK_PADDED_BAND_TOL of its high end. Unit: fractions of the target. */
+#define PK_PADDED_TARGET_TOL 1e-7
+#define PK_PADDED_BAND_TOL 4e-3
+
 /* ---- Improvers ---------------------------------------------------------------- */
 
 /* In-column refinement (packed.c): partners (the cheapest micro-batches of
@@ -123,6 +180,14 @@
  * batches; items. With more columns, 2 partners and 16 items. */
 #define PK_REFINE_PARTNERS 4
 #define PK_REFINE_SCAN 48
+#define PK_REFINE_PARTNERS_MANY 2
+#define PK_REFINE_SCAN_MANY 16
+
+/* Refinement rounds per column, per rank: with one or two columns
+ * PK_REFINE_ROUNDS_WIDE x dp, with more PK_REFINE_ROUNDS x dp. Unit:
+ * rounds per rank. */
+#define PK_REFINE_ROUNDS_WIDE 4u
+#define PK_REFINE_ROUNDS 2u
 
 /* The refinement stops once the costliest micro-batch of a column is within
  * this fraction of the column's mean: with one or two columns (DP balancing
@@ -146,6 +211,11 @@
 #define PK_LOWER_EXCHANGE_WORK (1u << 16)
 #define PK_LOWER_EXCHANGE_GAP 5e-3
 
+/* An exchange out of a column's costliest micro-batch asks for at least
+ * 1 / PK_LOWER_NEED_SHARE of its excess over the target at once (lower.c).
+ * Unit: share. */
+#define PK_LOWER_NEED_SHARE 4
+
 /* PADDED cross-column lowering (padded_lower.c): the most micro-batch
  * reads of one pass (a try reads the micro-batches of the columns with room
  * for the row). About 4 ms at most. Unit: reads. */
@@ -161,5 +231,9 @@
 /* Relative slack for comparisons of single products (a level against a
  * cost): a tie up to one rounding is a tie. */
 #define PK_AUTO_TIE_EPS 1e-12
+
+/* PADDED lowering's fixed-point rooms (padded_lower.c): the costliest
+ * micro-batch's cost is 2^PK_LOWER_PADDED_UNIT_BITS units. Unit: bits. */
+#define PK_LOWER_PADDED_UNIT_BITS 40
 
 #endif

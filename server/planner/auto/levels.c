@@ -81,7 +81,7 @@ static bool wastes_less(const level_walk_t *w, uint32_t x, uint32_t y) {
 static inline uint32_t class_rows(double t, double c, double inv, uint32_t cap) {
   if (c <= 0)
     return cap;
-  double q = t * inv * (1 + 1e-12);
+  double q = t * inv * (1 + PK_AUTO_TIE_EPS);
   if (q >= (double)cap)
     return cap;
   return q >= 1 ? (uint32_t)q : 1;
@@ -94,7 +94,7 @@ static void class_levels(level_walk_t *w, uint32_t i) {
   for (uint32_t j = 0; j < w->m1; j++) {
     double l = w->level[j];
     uint32_t r = 0;
-    if (c <= 0 || l >= c * (1 - 1e-12))
+    if (c <= 0 || l >= c * (1 - PK_AUTO_TIE_EPS))
       r = class_rows(l, c, inv, cap);
     w->rows[j] = r;
     w->waste[j] = r > 0 ? l - (double)r * c : 0;
@@ -155,7 +155,7 @@ static double tail_target(level_walk_t *w, uint32_t from) {
     return 0; /* A row per run. */
   if (w->tail_t > 0 && from == w->tail_from)
     return w->tail_t; /* The same rows as the last walk's. */
-  double lo = (w->prefix[rt->n] - w->prefix[from]) / dp * (1 - 1e-9);
+  double lo = (w->prefix[rt->n] - w->prefix[from]) / dp * (1 - PK_AUTO_REL_EPS);
   double never = rt->cost[from] * (rt->n - from) + 1; /* No run closed by t. */
   double hi = PK_MAX(w->tail_t, lo);
   if (!(hi > 0))
@@ -163,7 +163,7 @@ static double tail_target(level_walk_t *w, uint32_t from) {
   if (tail_runs(w, from, hi, dp, false) <= dp) {
     /* Down by 1 %, 2 %, 4 %, ... (at most half) until the rows no longer
      * fit or the mean is reached. */
-    double fall = 0.01;
+    double fall = PK_WALK_TARGET_STEP;
     for (;;) {
       double down = hi * (1 - fall);
       if (down <= lo)
@@ -173,12 +173,12 @@ static double tail_target(level_walk_t *w, uint32_t from) {
         break;
       }
       hi = down;
-      fall = PK_MIN(fall * 2, 0.5);
+      fall = PK_MIN(fall * 2, PK_WALK_TARGET_MAX_FALL);
     }
   } else {
     /* Up by 1 %, 2 %, 4 %, ... from the previous walk's target, or
      * doubling from the mean. */
-    double rise = w->tail_t > 0 ? 0.01 : 1;
+    double rise = w->tail_t > 0 ? PK_WALK_TARGET_STEP : 1;
     for (;;) {
       lo = hi;
       hi = PK_MIN(hi * (1 + rise), never);
@@ -189,7 +189,7 @@ static double tail_target(level_walk_t *w, uint32_t from) {
       rise *= 2;
     }
   }
-  for (int k = 0; k < 64 && hi - lo > hi * 1e-5; k++) {
+  while (hi - lo > hi * PK_WALK_TARGET_TOL) {
     double mid = (lo + hi) / 2;
     if (tail_runs(w, from, mid, dp, false) <= dp)
       hi = mid;
@@ -246,7 +246,7 @@ static double walk_step(level_walk_t *w) {
       next += w->dp;
     }
   }
-  w->ops += (uint64_t)w->nbatch * 8;
+  w->ops += (uint64_t)w->nbatch * PK_WALK_BATCH_UNITS;
   return sum;
 }
 
@@ -335,7 +335,7 @@ typedef struct level_best {
 
 /* Keeps the last walk (step cost v) where it beats the best. */
 static bool keep_if_better(const level_walk_t *w, double v, level_best_t *b) {
-  if (v < 0 || (b->step >= 0 && v >= b->step * (1 - 1e-9)))
+  if (v < 0 || (b->step >= 0 && v >= b->step * (1 - PK_AUTO_REL_EPS)))
     return false;
   b->step = v;
   b->nbatch = w->nbatch;
@@ -361,7 +361,7 @@ static void pattern_search(level_walk_t *w, double *level, double *trial, double
           memcpy(trial, level, m1 * sizeof *trial);
           trial[j] *= dir == 0 ? 1 + level_steps[s] : 1 - level_steps[s];
           double v = walk(w, trial);
-          if (v >= 0 && v < cur * (1 - 1e-9)) {
+          if (v >= 0 && v < cur * (1 - PK_AUTO_REL_EPS)) {
             cur = v;
             improved = true;
             tighten(w, trial);
@@ -423,10 +423,10 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
   for (uint32_t j = 0; j < m1; j++)
     level[j] = runs[idx[(size_t)j * dp]].cost;
   double first = -1;
-  for (int tries = 0; first < 0 && tries < 64 && w.ops < work; tries++) {
+  for (int tries = 0; first < 0 && tries < PK_WALK_START_TRIES && w.ops < work; tries++) {
     if (tries > 0)
       for (uint32_t j = 0; j < m1; j++)
-        level[j] *= 1.002;
+        level[j] *= PK_WALK_START_RAISE;
     first = walk(&w, level);
   }
   level_best_t best = {.step = -1, .batch = best_batch};
@@ -458,7 +458,7 @@ int pk_auto_level_search(const padded_rows_t *rt, padded_group_t *runs, uint32_t
   pattern_search(&w, a, trial, va, &best, PK_WALK_MAX_WALKS, work);
   if (vb >= 0)
     pattern_search(&w, b, trial, vb, &best, PK_WALK_MAX_WALKS / 2, work);
-  if (best.step < start * (1 - 1e-9)) {
+  if (best.step < start * (1 - PK_AUTO_REL_EPS)) {
     expand(best.batch, best.nbatch, runs);
     rc = 0;
   }

@@ -30,7 +30,7 @@ static uint64_t size_for_cost(const pk_cfg_t *cfg, double slack) {
   double s = cfg->quad > 0
                  ? (-cfg->lin + sqrt(cfg->lin * cfg->lin + 4 * cfg->quad * slack)) / (2 * cfg->quad)
                  : slack / cfg->lin;
-  s *= 1 - 1e-9;
+  s *= 1 - PK_AUTO_REL_EPS;
   return s >= (double)UINT64_MAX ? UINT64_MAX : (uint64_t)s;
 }
 
@@ -197,11 +197,11 @@ static int exchange_once(lower_t *lw, uint32_t x, double need) {
       if (bx->count - 1 + j > cfg->max_seqs || by->count - j + 1 > cfg->max_seqs)
         continue;
       double d = ctx->cost[a] - cb;
-      if (d <= cx * 1e-9)
+      if (d <= cx * PK_AUTO_REL_EPS)
         continue;
       double ny = by->cost + d;
       bool own = p->bin / dp == x / dp;
-      if (own ? ny >= cx * (1 - 1e-12) : ny > lw->level[p->bin / dp])
+      if (own ? ny >= cx * (1 - PK_AUTO_TIE_EPS) : ny > lw->level[p->bin / dp])
         continue;
       bool within = d <= need;
       if (best_p < 0 || (within && !best_within) || (within && d > best_d) ||
@@ -269,9 +269,9 @@ static void exchange_column(lower_t *lw, uint32_t c, room_tree_t *rt, double *ro
       }
     }
     double cx = s->bins[x].cost;
-    if (cx <= target * (1 + 1e-9))
+    if (cx <= target * (1 + PK_AUTO_REL_EPS))
       break;
-    double need = PK_MIN(cx - target, PK_MAX(cx - second, (cx - target) / 4));
+    double need = PK_MIN(cx - target, PK_MAX(cx - second, (cx - target) / PK_LOWER_NEED_SHARE));
     int p = exchange_once(lw, x, need);
     if (p < 0) {
       if (fresh)
@@ -354,7 +354,7 @@ int pk_auto_lower_columns(auto_state_t *s) {
         if (s->bins[base + q].cost > s->bins[x].cost)
           x = base + q;
       double need = s->bins[x].cost - target;
-      if (s->bins[x].count < 2 || need <= s->bins[x].cost * 1e-9)
+      if (s->bins[x].count < 2 || need <= s->bins[x].cost * PK_AUTO_REL_EPS)
         break;
       /* The costliest item of x within `need`, else the cheapest above it,
        * among those some other column can take. */

@@ -50,12 +50,14 @@ static void col_set(col_trees_t *ct, uint32_t c, uint32_t slot, double cost, uin
 }
 
 /* Column c with dp empty micro-batches of room `room` each (the leaves
- * past dp: cost 1e308, room 0), in O(leaves). */
+ * past dp: cost PK_AUTO_NO_LEVEL, room 0), in O(leaves). */
 static void col_init_empty(col_trees_t *ct, uint32_t c, uint32_t dp, uint64_t room) {
   size_t base = (size_t)c * 2 * ct->leaves;
   for (uint32_t q = 0; q < ct->leaves; q++)
-    ct->t[base + ct->leaves + q] = (col_node_t){
-        .cost = q < dp ? 0 : 1e308, .room = q < dp ? room : 0, .cost_at = q, .room_at = q};
+    ct->t[base + ct->leaves + q] = (col_node_t){.cost = q < dp ? 0 : PK_AUTO_NO_LEVEL,
+                                                .room = q < dp ? room : 0,
+                                                .cost_at = q,
+                                                .room_at = q};
   for (uint32_t p = ct->leaves - 1; p >= 1; p--) {
     ct->t[base + p] = (col_node_t){0};
     col_pull(ct, base, p);
@@ -131,7 +133,7 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
   pk_tree_rebuild(&s->col_room);
   pk_tree_rebuild(&s->cols);
   for (uint32_t c = 0; c < ht.leaves; c++)
-    ht.t[ht.leaves + c] = c < m ? 1e308 : -1.0;
+    ht.t[ht.leaves + c] = c < m ? PK_AUTO_NO_LEVEL : -1.0;
   for (uint32_t p = ht.leaves - 1; p >= 1; p--)
     ht.t[p] = PK_MAX(ht.t[2 * p], ht.t[2 * p + 1]);
   double left_cost = 0;
@@ -150,12 +152,12 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
     for (uint32_t tries = 0; tries < PK_AUTO_TRIES; tries++) {
       /* The head test is a little looser than the one below (rounding):
        * it only skips columns that cannot take k. */
-      uint32_t c = pk_find_room_head(&s->cols, &ht, at, need, ck * (1 - 1e-9));
+      uint32_t c = pk_find_room_head(&s->cols, &ht, at, need, ck * (1 - PK_AUTO_REL_EPS));
       if (c == UINT32_MAX || c >= m)
         break;
       const col_node_t *root = col_root(&ct, c);
       uint32_t cheap = c * dp + root->cost_at, roomy = c * dp + root->room_at;
-      double limit = level[c] * (1 + 1e-12);
+      double limit = level[c] * (1 + PK_AUTO_TIE_EPS);
       if (level[c] == 0 || (room1(s, cheap) >= need && s->bins[cheap].cost + ck <= limit)) {
         bin = cheap;
         break;
@@ -212,7 +214,7 @@ int pk_auto_pack_levels(auto_state_t *s, const uint32_t *order) {
     col_room[c] -= PK_MIN(col_room[c], ctx->size[k]);
     pk_tree_set(&s->col_room, c, col_room[c]);
     pk_tree_set(&s->cols, c, col_root(&ct, c)->room);
-    pk_head_set(&ht, c, level[c] * (1 + 1e-12) - col_root(&ct, c)->cost);
+    pk_head_set(&ht, c, level[c] * (1 + PK_AUTO_TIE_EPS) - col_root(&ct, c)->cost);
   }
   for (uint32_t i = 0; i < m * dp; i++)
     if (s->bins[i].count == 0) {
@@ -268,7 +270,7 @@ int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
   for (uint32_t i = 0; i < nbins; i++)
     head[i] = UINT32_MAX;
   for (uint32_t j = 0; j < n && rc == 0; j++) {
-    if ((j & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+    if (pk_auto_tick_loop(s->stop, j))
       rc = PK_ECANCELED;
     uint32_t k = order[j], b = s->item_bin[k];
     next[k] = head[b];
@@ -276,7 +278,7 @@ int pk_auto_bins_finish(auto_state_t *s, const uint32_t *order) {
   }
   uint32_t donor = 0;
   for (uint32_t i = 0; i < nbins && rc == 0; i++) {
-    if ((i & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+    if (pk_auto_tick_loop(s->stop, i))
       rc = PK_ECANCELED;
     if (rc != 0 || s->bins[i].count != 0)
       continue;
@@ -433,8 +435,9 @@ int pk_auto_refine_columns(auto_state_t *s) {
   for (uint32_t i = 0; i < rows; i++)
     nsorted[i] = UINT32_MAX; /* Not sorted yet. */
   pk_auto_bin_lists(s, head, next);
-  uint32_t partners = wide ? PK_REFINE_PARTNERS : 2, scan = wide ? PK_REFINE_SCAN : 16;
-  uint32_t iters = (wide ? 4 : 2) * dp;
+  uint32_t partners = wide ? PK_REFINE_PARTNERS : PK_REFINE_PARTNERS_MANY;
+  uint32_t scan = wide ? PK_REFINE_SCAN : PK_REFINE_SCAN_MANY;
+  uint32_t iters = (wide ? PK_REFINE_ROUNDS_WIDE : PK_REFINE_ROUNDS) * dp;
   double tol = wide ? PK_REFINE_TOL_WIDE : PK_REFINE_TOL;
   int rc = 0;
   for (uint32_t c = 0; c < m && rc == 0; c++) {
@@ -479,13 +482,13 @@ int pk_auto_refine_columns(auto_state_t *s) {
         uint32_t y = part[p];
         double cy = s->bins[y].cost;
         double gap = cx - cy;
-        if (gap <= cx * 1e-9)
+        if (gap <= cx * PK_AUTO_REL_EPS)
           continue;
         /* No move or swap with y leaves both below (cx + cy) / 2, and the
          * partners come cheapest first: once that is not below the best
          * found (less a rounding margin), neither y nor any later partner
          * can do better. */
-        if ((cx + cy) / 2 - cx * 1e-12 >= best)
+        if ((cx + cy) / 2 - cx * PK_AUTO_TIE_EPS >= best)
           break;
         /* Bounded work: at most `scan` items of each side are looked at
          * (micro-batches with many items are level already). y's items
@@ -535,7 +538,7 @@ int pk_auto_refine_columns(auto_state_t *s) {
           }
         }
       }
-      if (ba == UINT32_MAX || best > cx - cx * 1e-9)
+      if (ba == UINT32_MAX || best > cx - cx * PK_AUTO_REL_EPS)
         break;
       pk_auto_move_item(s, head, next, ba, by);
       if (bb != UINT32_MAX)
@@ -550,70 +553,4 @@ int pk_auto_refine_columns(auto_state_t *s) {
   free(sorted_cost);
   free(nsorted);
   return rc;
-}
-
-/* PACKED without equal_count: the level packing and the tier packing both
- * have batches they do best (few columns with large heads; many columns of
- * like items), so both run and the lower step cost is kept, unless the one
- * run first is already within PK_AUTO_CLOSE of the step bound (bounds.c):
- * then the other is skipped. The level packing runs first but where the
- * caller passes tiers_first (first fit, which ran already, came within
- * PK_AUTO_CLOSE: a batch of like items). Where the tier packing wins, the
- * level packing is far above the bound (its heads set levels the other
- * items cannot fill); on the bench grid, read with a build that printed
- * both step costs, it won only where the level packing was 1 % or more
- * above the bound, but for one win of 0.03 %. In the nearly full batches
- * where first fit came within 0.5 % the tier packing did well and the level
- * packing, which costs five times as much there (10 against 2 ms at n =
- * 65536), was 3 to 8 % above the bound in 3 of 5. The second also wins
- * where costs count sequences heavily (cost.per_sequence; the tier
- * packing deals like counts), though on the bench grid it never did
- * (bench/planner/README.md, "AUTO stages: what each one pays"). `saved`
- * holds m x dp micro-batches and n items. The winner's name goes into the
- * trace. */
-typedef struct column_packer {
-  const char *name;
-  int (*run)(auto_state_t *, const uint32_t *);
-} column_packer_t;
-
-static const column_packer_t column_packers[2] = {
-    {"levels", pk_auto_pack_levels},
-    {"tiers", pk_auto_pack_tiers},
-};
-
-int pk_auto_pack_best(auto_state_t *s, const uint32_t *order, bool tiers_first,
-                      pk_packing_t *saved) {
-  size_t nbins = (size_t)s->m * s->dp;
-  uint32_t n = s->ctx->n;
-  const column_packer_t *pack[2] = {&column_packers[tiers_first ? 1 : 0],
-                                    &column_packers[tiers_first ? 0 : 1]};
-  pk_packing_t cur = pk_auto_packing(s);
-  double t0 = pk_auto_now_us();
-  int first = pack[0]->run(s, order);
-  if (first != 0 && first != PK_EPRECOND)
-    return first;
-  double first_step = 0;
-  /* Trace: a packer's record holds its own step cost (0 where it did not
-   * fit) as `after`, and the best before it as `before`. */
-  pk_auto_trace_add(pack[0]->name, 0, first == 0 ? pk_auto_step(s) : 0, pk_auto_now_us() - t0);
-  if (first == 0) {
-    pk_auto_trace_last()->winner = pack[0]->name;
-    first_step = pk_auto_step(s);
-    if (first_step <= pk_step_lower_bound(s->ctx, s->m, first_step) * (1 + PK_AUTO_CLOSE))
-      return 0;
-    pk_packing_copy(saved, &cur, nbins, n);
-  }
-  if (pk_auto_poll(s->stop))
-    return PK_ECANCELED;
-  t0 = pk_auto_now_us();
-  int second = pack[1]->run(s, order);
-  if (second != 0 && second != PK_EPRECOND)
-    return second;
-  pk_auto_trace_add(pack[1]->name, first_step, second == 0 ? pk_auto_step(s) : 0,
-                    pk_auto_now_us() - t0);
-  if (first == 0 && (second != 0 || first_step < pk_auto_step(s)))
-    pk_packing_copy(&cur, saved, nbins, n);
-  else if (second == 0)
-    pk_auto_trace_last()->winner = pack[1]->name;
-  return first == 0 || second == 0 ? 0 : PK_EPRECOND;
 }

@@ -132,7 +132,7 @@ int pk_padded_rows_init_polled(padded_rows_t *rt, const pk_ctx_t *ctx, const uin
   if (rt->cost == NULL || rt->cap_rows == NULL || rt->class_end == NULL)
     return PK_ENOMEM;
   for (uint32_t i = 0; i < n; i++) {
-    if ((i & 1023) == 0 && pk_auto_tick(stop, 1024))
+    if (pk_auto_tick_loop(stop, i))
       return PK_ECANCELED; /* The caller frees rt. */
     uint32_t k = order[i];
     rt->cost[i] = ctx->cost[k];
@@ -200,12 +200,12 @@ double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t t
                               double fits) {
   double total = 0, top = 0;
   for (uint32_t i = from; i < rt->n; i++) {
-    if (((i - from) & 1023) == 0 && pk_auto_tick(rt->stop, 1024))
+    if (pk_auto_tick_loop(rt->stop, i - from))
       return -1; /* Stopped: the caller's caller reads the stop. */
     total += rt->cost[i];
     top = PK_MAX(top, rt->cost[i]);
   }
-  double lo = total / target * (1 - 1e-9), hi = PK_MAX(lo, 1.0);
+  double lo = total / target * (1 - PK_AUTO_REL_EPS), hi = PK_MAX(lo, 1.0);
   if (fits > lo)
     hi = fits;
   double never = top * (rt->n - from) + 1;
@@ -217,7 +217,7 @@ double pk_padded_least_target(const padded_rows_t *rt, uint32_t from, uint32_t t
     lo = hi;
     hi *= 2;
   }
-  while (hi - lo > hi * 1e-7) {
+  while (hi - lo > hi * PK_PADDED_TARGET_TOL) {
     if (pk_auto_tick(rt->stop, PK_AUTO_POLL_EVERY))
       return -1;
     double mid = (lo + hi) / 2;
@@ -356,7 +356,7 @@ int pk_padded_level_runs(const padded_rows_t *rt, uint32_t m, uint32_t dp, doubl
     if (head <= t)
       break;
     if (cap_runs)
-      head *= 1 + 1e-12; /* So that head / cost rounds to the full run. */
+      head *= 1 + PK_AUTO_TIE_EPS; /* So that head / cost rounds to the full run. */
     for (uint32_t q = 0; q < dp; q++) {
       uint32_t after = target - g - 1; /* Groups still to open after this one. */
       if (n - from <= after)
@@ -502,7 +502,7 @@ int pk_padded_even_runs(const padded_rows_t *rt, uint32_t target, double hi_t,
   even_band_t band = {.lo_t = 0, .hi_t = hi_t};
   if (!count_range(rt, &band, fewest, most, dq) || fewest[0] > target || most[0] < target)
     goto done;
-  while (hi - lo > hi_t * 4e-3) {
+  while (hi - lo > hi_t * PK_PADDED_BAND_TOL) {
     if (pk_auto_tick(rt->stop, PK_AUTO_POLL_EVERY))
       goto done; /* The caller reads the stop. */
     band = (even_band_t){.lo_t = (lo + hi) / 2, .hi_t = hi_t};
@@ -601,7 +601,7 @@ int pk_auto_refine_padded(auto_state_t *s) {
             continue;
           double cy = pk_padded_cost(cfg, bb->count + 1, wy);
           double peak = PK_MAX(cx, cy);
-          if (peak < best * (1 - 1e-12)) {
+          if (peak < best * (1 - PK_AUTO_TIE_EPS)) {
             best = peak;
             bk = k;
             by = y;

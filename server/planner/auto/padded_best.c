@@ -99,6 +99,7 @@ typedef struct padded_candidate {
   const char *name;
   bool (*worth)(const padded_try_t *);
   int (*run)(const padded_try_t *, padded_group_t *grp);
+  const char *unworthy; /* Why it is skipped where worth() says no (trace). */
 } padded_candidate_t;
 
 /* Even band: where halving split at least 1 in PK_PADDED_EVEN_SHARE runs. */
@@ -158,11 +159,14 @@ static int walk_run(const padded_try_t *p, padded_group_t *grp) {
 /* The candidates after the halved runs, in the order they run (the cut
  * search and the level search start from the best before them). */
 static const padded_candidate_t padded_candidates[] = {
-    {"even-band", even_worth, even_run},
-    {"levels", levels_worth, levels_run},
-    {"cap-levels", cap_levels_worth, cap_levels_run},
-    {"cut-search", cut_worth, cut_run},
-    {"level-search", walk_worth, walk_run},
+    {"even-band", even_worth, even_run, "halving split fewer than 1 in PK_PADDED_EVEN_SHARE runs"},
+    {"levels", levels_worth, levels_run,
+     "the widest rows fit the target or leave under PK_PADDED_LEVELS_ROOM below their level"},
+    {"cap-levels", cap_levels_worth, cap_levels_run,
+     "the widest row's full run costs no more than the target"},
+    {"cut-search", cut_worth, cut_run, "over PK_CUT_MAX_RUNS runs or PK_CUT_MAX_DP ranks"},
+    {"level-search", walk_worth, walk_run,
+     "one column or rank, over PK_WALK_MAX_M columns, or within PK_WALK_GAIN of the mean"},
 };
 #define PADDED_CANDIDATES (sizeof padded_candidates / sizeof padded_candidates[0])
 
@@ -181,7 +185,7 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
   padded_rows_t rt;
   padded_group_t *grp = pk_malloc_array(target, sizeof *grp);
   padded_group_t *best_grp = pk_malloc_array(target, sizeof *best_grp);
-  pk_auto_trace_t *trace = pk_auto_trace_last();
+  pk_auto_trace_t *trace = s->trace;
   double t0 = pk_auto_now_us();
   int rc = pk_padded_rows_init_polled(&rt, ctx, order, s->stop);
   if (rc == 0 && (grp == NULL || best_grp == NULL))
@@ -199,7 +203,11 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
   if (rc != 0)
     goto done;
   trace->winner = "halved";
-  pk_auto_trace_add("halved", 0, best, pk_auto_now_us() - t0);
+  pk_auto_trace_add(trace, (pk_auto_stage_rec_t){.name = "halved",
+                                                 .fate = PK_FATE_BEST,
+                                                 .m = m,
+                                                 .after = best,
+                                                 .us = pk_auto_now_us() - t0});
   padded_try_t p = {.s = s,
                     .rt = &rt,
                     .m = m,
@@ -209,8 +217,15 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
                     .best = best,
                     .best_grp = best_grp};
   bool worth[PADDED_CANDIDATES], any = false;
-  for (size_t a = 0; a < PADDED_CANDIDATES; a++)
+  for (size_t a = 0; a < PADDED_CANDIDATES; a++) {
     any |= worth[a] = padded_candidates[a].worth(&p);
+    if (!worth[a])
+      pk_auto_trace_add(trace, (pk_auto_stage_rec_t){.name = padded_candidates[a].name,
+                                                     .fate = PK_FATE_SKIPPED,
+                                                     .why = padded_candidates[a].unworthy,
+                                                     .m = m,
+                                                     .before = best});
+  }
   if (!any)
     goto done; /* The halved packing stands. */
   /* saved and best_grp hold the best packing so far and its runs. */
@@ -230,8 +245,14 @@ int pk_auto_pack_padded_best(auto_state_t *s, const uint32_t *order, uint32_t m,
       rc = finish_runs(s, order, grp, m, &step);
     if (rc != 0 && rc != PK_EPRECOND)
       goto done;
-    pk_auto_trace_add(padded_candidates[a].name, best, rc == 0 ? PK_MIN(step, best) : best,
-                      pk_auto_now_us() - t0);
+    pk_auto_trace_add(trace, (pk_auto_stage_rec_t){.name = padded_candidates[a].name,
+                                                   .fate = rc != 0       ? PK_FATE_NO_FIT
+                                                           : step < best ? PK_FATE_BEST
+                                                                         : PK_FATE_WORSE,
+                                                   .m = m,
+                                                   .before = best,
+                                                   .after = rc == 0 ? step : 0,
+                                                   .us = pk_auto_now_us() - t0});
     if (rc == 0 && step < best) {
       best = step;
       trace->winner = padded_candidates[a].name;

@@ -147,7 +147,7 @@ int pk_auto_lower_padded(auto_state_t *s) {
   if (top <= 0)
     goto done; /* Nothing costs anything. */
   /* Rooms up to the costliest micro-batch fit in 2^40 units. */
-  lw.unit = top / (double)(1ull << 40);
+  lw.unit = top / (double)(1ull << PK_LOWER_PADDED_UNIT_BITS);
   for (uint32_t c = 0; c < m; c++)
     column_update(&lw, c);
   for (uint32_t c = 0; c < m && lw.work < PK_LOWER_PADDED_READS; c++)

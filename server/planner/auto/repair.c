@@ -136,8 +136,8 @@ static bool gather_room(repair_t *r, uint32_t a_bin, uint64_t need) {
             if (cost > r->work)
               return false;
             r->work -= cost;
-            /* A pair read is a few ns: one work unit per 64. */
-            if (pk_auto_tick(s->stop, (uint32_t)PK_MIN(cost / 64 + 1, PK_AUTO_POLL_EVERY)))
+            if (pk_auto_tick(s->stop, (uint32_t)PK_MIN(cost / PK_REPAIR_PAIRS_PER_TICK + 1,
+                                                       PK_AUTO_POLL_EVERY)))
               return false; /* repair_down reads the stop. */
             exchange_t e = best_exchange(r, a_bin, at, want, wide == 1);
             if (best.gain >= want ? e.gain >= want && e.gain < best.gain : e.gain > best.gain) {
@@ -172,7 +172,7 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
   uint32_t n = ctx->n, nbins = r->nbins, nleft = 0;
   uint64_t left_size = 0, room = 0;
   for (uint32_t j = 0; j < n; j++) {
-    if ((j & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+    if (pk_auto_tick_loop(s->stop, j))
       return PK_ECANCELED;
     uint32_t k = order[j];
     if (s->item_bin[k] >= nbins) {
@@ -194,7 +194,7 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
   for (uint32_t i = 0; i < nbins; i++)
     r->head[i] = UINT32_MAX;
   for (uint32_t j = n; j-- > 0;) {
-    if ((j & 1023) == 0 && pk_auto_tick(s->stop, 1024))
+    if (pk_auto_tick_loop(s->stop, j))
       return PK_ECANCELED;
     uint32_t k = order[j], b = s->item_bin[k];
     if (b < nbins) {
@@ -237,8 +237,7 @@ static int repair_count(repair_t *r, const uint32_t *order, uint32_t *leftover) 
 }
 
 int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uint32_t top,
-                        uint32_t group, pk_bin_t *save_bins, uint32_t *save_item_bin,
-                        uint32_t *count) {
+                        uint32_t group, pk_packing_t save, uint32_t *count) {
   uint32_t n = s->ctx->n, dp = s->dp;
   int rc = 0;
   repair_t r = {.s = s, .work = (uint64_t)PK_REPAIR_WORK_PER_ITEM * n};
@@ -250,7 +249,7 @@ int pk_auto_repair_down(auto_state_t *s, const uint32_t *order, uint32_t lo, uin
     rc = PK_ENOMEM;
     goto done;
   }
-  pk_packing_t cur = pk_auto_packing(s), save = {save_bins, save_item_bin};
+  pk_packing_t cur = pk_auto_packing(s);
   while (*count >= lo + group && !pk_auto_poll(s->stop)) {
     uint32_t c = *count - group;
     size_t kept = (size_t)*count * dp;

@@ -199,7 +199,7 @@ int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t 
   for (uint32_t i = 0; i < n; i++)
     total += rt->cost[i];
   double cur = step_after(&cs, &none), best = cur;
-  double t0 = PK_MAX(cur * 2e-3, 0.15 * total / n);
+  double t0 = PK_MAX(cur * PK_CUT_TEMP_STEP, PK_CUT_TEMP_ROW * total / n);
   pk_rng_t rng = {seed ^ 0x63757473ull};
   /* A move reads every tier top (count / dp) at most. */
   uint32_t move_work = PK_MIN(PK_MAX(count / dp, 1u), PK_AUTO_POLL_EVERY);
@@ -213,9 +213,9 @@ int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t 
     change_t ch = {0};
     uint64_t draw = pk_rng_next(&rng);
     uint32_t q = 1 + (uint32_t)((draw >> 8) % (count - 1));
-    if ((draw & 3) != 3) {
-      /* Shift cut q by d in -3..3, d != 0. */
-      int d = (int)((draw >> 40) % 6) - 3;
+    if ((draw & (PK_CUT_SPLIT_EVERY - 1)) != PK_CUT_SPLIT_EVERY - 1) {
+      /* Shift cut q by d in -PK_CUT_SHIFT_MAX..PK_CUT_SHIFT_MAX, d != 0. */
+      int d = (int)((draw >> 40) % (2 * PK_CUT_SHIFT_MAX)) - PK_CUT_SHIFT_MAX;
       d += d >= 0;
       int64_t at = (int64_t)cut[q] + d;
       if (at <= cut[q - 1] || at >= cut[q + 1])
@@ -260,7 +260,7 @@ int pk_auto_search_runs(const padded_rows_t *rt, padded_group_t *runs, uint32_t 
       }
       cur = v;
     }
-    if (cur < best * (1 - 1e-12)) {
+    if (cur < best * (1 - PK_AUTO_TIE_EPS)) {
       best = cur;
       memcpy(best_cut, cut, ((size_t)count + 1) * sizeof *best_cut);
     }

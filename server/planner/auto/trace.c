@@ -1,23 +1,23 @@
-/* The AUTO trace: which candidate packer won a mini-batch and what each
- * stage gained, kept per thread so that bench_planner can read it after a
- * plan without any change to the plan's wire format. Recording costs a
- * clock read per stage (a dozen per mini-batch), nothing per item. */
-#include <string.h>
+/* The AUTO trace: which candidate packer won a mini-batch, what became of
+ * every other candidate and what each stage gained. It is written into the
+ * run's own struct and handed to the caller through pk_limits_t.trace, so
+ * that bench_planner can read it without any change to the plan's wire
+ * format. Recording costs a clock read per stage (a dozen per mini-batch),
+ * nothing per item. */
 #include <time.h>
 
 #include "auto.h"
 
-static _Thread_local pk_auto_trace_t last;
+static const char *const fate_names[] = {"ran", "best", "worse", "no-fit", "skipped"};
 
-pk_auto_trace_t *pk_auto_trace_last(void) {
-  return &last;
+void pk_auto_trace_add(pk_auto_trace_t *t, pk_auto_stage_rec_t rec) {
+  if (t == NULL || t->nstages >= PK_AUTO_TRACE_STAGES)
+    return;
+  t->stage[t->nstages++] = rec;
 }
 
-void pk_auto_trace_add(const char *name, double before, double after, double us) {
-  if (last.nstages >= PK_AUTO_TRACE_STAGES)
-    return;
-  last.stage[last.nstages++] =
-      (pk_auto_stage_rec_t){.name = name, .before = before, .after = after, .us = us};
+const char *pk_auto_fate_name(pk_auto_fate_t fate) {
+  return (unsigned)fate < sizeof fate_names / sizeof fate_names[0] ? fate_names[fate] : "?";
 }
 
 double pk_auto_now_us(void) {

@@ -220,7 +220,7 @@ int pk_dcp_plan(const pk_dcp_request_t *req, const pk_limits_t *limits, pk_dcp_p
     return pk_fail(err, errlen, PK_EINVAL, "out: missing");
   *out = NULL;
   if (req != NULL && limits != NULL && limits->max_sequences != 0 && req->n > limits->max_sequences)
-    return pk_fail(err, errlen, PK_ENOMEM, "lengths: %zu sequences is over the limit of %llu",
+    return pk_fail(err, errlen, PK_ELIMIT, "lengths: %zu sequences is over the limit of %llu",
                    req->n, (unsigned long long)limits->max_sequences);
   dcp_cfg_t cfg;
   dcp_items_t it = {0};
@@ -237,7 +237,7 @@ int pk_dcp_plan(const pk_dcp_request_t *req, const pk_limits_t *limits, pk_dcp_p
      * planning it. */
     uint64_t least = (uint64_t)dcp_slots_lower_bound(&cfg, &it) * cfg.pool * 4;
     if (least > limits->max_plan_bytes) {
-      rc = pk_fail(err, errlen, PK_ENOMEM,
+      rc = pk_fail(err, errlen, PK_ELIMIT,
                    "parallel.dp x parallel.cp: %u GPUs x at least %u slots need at least %llu "
                    "bytes of answer, over the limit of %llu",
                    cfg.pool, dcp_slots_lower_bound(&cfg, &it), (unsigned long long)least,

@@ -1,5 +1,5 @@
 /* Tests of the codec's decoding, plan ids and status mapping
- * (server/codec.c) on real protobuf-c bytes. */
+ * (server/codec/codec.c) on real protobuf-c bytes. */
 #include "codec_fixture.h"
 
 #include <stdio.h>

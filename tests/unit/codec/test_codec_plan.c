@@ -1,6 +1,7 @@
-/* Tests of the codec's encoding of real plans (server/codec.c with the real
+/* Tests of the codec's encoding of real plans (server/codec/codec.c with the real
  * planner): pk_codec_encode_plan copies every figure of the plan, and
- * pk_plan_bytes is decode -> plan -> encode -> pack. */
+ * pk_plan_bytes and pk_plan_request are decode -> limits -> validate -> id
+ * -> plan -> encode -> pack. */
 #include "codec_fixture.h"
 
 #include <stdio.h>
@@ -226,6 +227,84 @@ static void test_plan_bytes_errors(void **state) {
   packd__v1__plan_request__free_unpacked(m, NULL);
 }
 
+/* The caller's plan id function: a fixed id, or none ("") when arg is NULL. */
+static void fixed_id(const void *arg, const Packd__V1__PlanRequest *msg, char *id, size_t idlen) {
+  (void)msg;
+  snprintf(id, idlen, "%s", arg != NULL ? (const char *)arg : "");
+}
+
+/* pk_plan_request, the one path from request bytes to response bytes:
+ * every configured limit is PK_ELIMIT (RESOURCE_EXHAUSTED, distinct from
+ * out of memory) naming the limit, a refused request gets no plan id (it is
+ * computed once admitted), the caller's id function names the plan, and a
+ * failed id is INTERNAL. */
+static void test_plan_request_limits(void **state) {
+  (void)state;
+  uint32_t lens[64];
+  for (uint32_t i = 0; i < 64; i++)
+    lens[i] = 100 + 7 * i;
+  Packd__V1__PlanRequest *m = fx_request_new();
+  fx_set_lengths(m, lens, 64);
+  fx_parallel(m)->dp = 2;
+  fx_batching(m)->max_tokens = 1000;
+  size_t len = 0;
+  uint8_t *bytes = fx_pack(m, &len);
+  char err[256];
+  assert_int_not_equal(PK_ELIMIT, PK_ENOMEM);
+  assert_int_equal(pk_status_from_error(PK_ELIMIT), 8); /* RESOURCE_EXHAUSTED */
+  assert_string_not_equal(pk_strerror(PK_ELIMIT), pk_strerror(PK_ENOMEM));
+
+  pk_plan_call_t call = {.max_bytes = INT64_MAX, .plan_id = fixed_id, .plan_id_arg = "abc"};
+  assert_int_equal(pk_plan_request(bytes, len, &call, err, sizeof err), PK_OK);
+  assert_int_equal(call.sequences, 64);
+  assert_string_equal(call.id, "abc");
+  Packd__V1__PlanResponse *resp =
+      packd__v1__plan_response__unpack(NULL, call.packed.resp_len, call.packed.resp);
+  assert_non_null(resp);
+  assert_string_equal(resp->plan_id, "abc");
+  assert_int_equal(call.packed.n_ranks, 2);
+  size_t whole = call.packed.resp_len;
+  packd__v1__plan_response__free_unpacked(resp, NULL);
+  pk_packed_plan_free(&call.packed);
+
+  /* Each limit at its figure passes; one below refuses. */
+  const struct {
+    pk_limits_t limits;
+    int64_t max_bytes;
+    const char *names;
+  } cases[] = {
+      {{.max_sequences = 63}, INT64_MAX, "max_sequences = 63"},
+      {{.max_plan_bytes = 100}, INT64_MAX, "max_plan_bytes = 100"},
+      {{0}, (int64_t)whole - 1, "max_message_bytes"},
+  };
+  for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+    call = (pk_plan_call_t){.limits = cases[c].limits, .max_bytes = cases[c].max_bytes};
+    err[0] = '\0';
+    assert_int_equal(pk_plan_request(bytes, len, &call, err, sizeof err), PK_ELIMIT);
+    assert_non_null(strstr(err, cases[c].names));
+    assert_null(call.packed.resp);
+    /* Refused before planning: no id was computed. */
+    if (cases[c].max_bytes == INT64_MAX)
+      assert_string_equal(call.id, "");
+  }
+  call = (pk_plan_call_t){.max_bytes = (int64_t)whole, .plan_id = fixed_id, .plan_id_arg = "abc"};
+  assert_int_equal(pk_plan_request(bytes, len, &call, err, sizeof err), PK_OK);
+  pk_packed_plan_free(&call.packed);
+
+  /* An id function that fails: INTERNAL, naming the plan id. */
+  call = (pk_plan_call_t){.max_bytes = INT64_MAX, .plan_id = fixed_id, .plan_id_arg = NULL};
+  assert_int_equal(pk_plan_request(bytes, len, &call, err, sizeof err), PK_EINTERNAL);
+  assert_non_null(strstr(err, "plan_id"));
+  assert_null(call.packed.resp);
+
+  /* Bytes that do not decode: PK_EDECODE, nothing planned. */
+  call = (pk_plan_call_t){.max_bytes = INT64_MAX};
+  assert_int_equal(pk_plan_request(bytes, len / 2, &call, err, sizeof err), PK_EDECODE);
+  assert_true(err[0] != '\0');
+  free(bytes);
+  packd__v1__plan_request__free_unpacked(m, NULL);
+}
+
 /* A NULL plan id gives a response without ids; freeing NULL is allowed. */
 static void test_encode_without_id(void **state) {
   (void)state;
@@ -252,9 +331,8 @@ static void test_encode_without_id(void **state) {
 
 int main(void) {
   const struct CMUnitTest tests[] = {
-      cmocka_unit_test(test_encode_real_plans),
-      cmocka_unit_test(test_plan_bytes_seed003),
-      cmocka_unit_test(test_plan_bytes_errors),
+      cmocka_unit_test(test_encode_real_plans), cmocka_unit_test(test_plan_bytes_seed003),
+      cmocka_unit_test(test_plan_bytes_errors), cmocka_unit_test(test_plan_request_limits),
       cmocka_unit_test(test_encode_without_id),
   };
   return cmocka_run_group_tests_name("codec_plan", tests, NULL, NULL);

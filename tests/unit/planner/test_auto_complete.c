@@ -25,7 +25,7 @@ static int pack_and_check(const fx_t *f, uint32_t target, uint32_t nbins, uint32
   assert_non_null(again);
   fx_size_order(f, order);
   auto_state_t s = {.ctx = &f->ctx, .dp = f->cfg.dp};
-  int rc = pk_auto_pack_complete(&s, order, target, nbins, bins, item_bin, used);
+  int rc = pk_auto_pack_complete(&s, order, target, nbins, (pk_packing_t){bins, item_bin}, used);
   if (rc == 0) {
     assert_true(*used <= nbins);
     /* Every item in one micro-batch in front; the micro-batches' sums and
@@ -102,13 +102,15 @@ static void test_complete_pair(void **state) {
   pk_bin_t bins[2];
   fx_size_order(&f, order);
   auto_state_t s = {.ctx = &f.ctx, .dp = 1};
-  assert_int_equal(pk_auto_pack_complete(&s, order, 0, 2, bins, item_bin, &used), 0);
+  assert_int_equal(pk_auto_pack_complete(&s, order, 0, 2, (pk_packing_t){bins, item_bin}, &used),
+                   0);
   assert_int_equal(bins[0].sum, 12);
   assert_int_equal(item_bin[1], 1); /* The 5 moved on. */
   /* Aiming at 2 micro-batches, 7 tokens of room may be left in all, 3.5
    * each: the gap of 1 is within the first one's share, so the smallest
    * item is kept for later and {6, 5} stays. */
-  assert_int_equal(pk_auto_pack_complete(&s, order, 2, 2, bins, item_bin, &used), 0);
+  assert_int_equal(pk_auto_pack_complete(&s, order, 2, 2, (pk_packing_t){bins, item_bin}, &used),
+                   0);
   assert_int_equal(bins[0].sum, 11);
   assert_int_equal(bins[1].sum, 6);
   fx_free(&f);
@@ -127,7 +129,8 @@ static void test_complete_exchange_two(void **state) {
   pk_bin_t bins[2];
   fx_size_order(&f, order);
   auto_state_t s = {.ctx = &f.ctx, .dp = 1};
-  assert_int_equal(pk_auto_pack_complete(&s, order, 0, 2, bins, item_bin, &used), 0);
+  assert_int_equal(pk_auto_pack_complete(&s, order, 0, 2, (pk_packing_t){bins, item_bin}, &used),
+                   0);
   assert_int_equal(used, 2);
   assert_int_equal(bins[0].sum, 20);
   assert_int_equal(bins[0].count, 4);

@@ -170,8 +170,85 @@ static void test_packing_check(void **state) {
   fx_free(&f);
 }
 
+/* The step cost AUTO's self-checks and trace read is the PADDED cost in
+ * PADDED mode: rows x c(widest row) per micro-batch, not the sum of its
+ * rows' own costs. The cross-column pass lowers the former and may raise
+ * the latter (a row moved to a wider micro-batch costs more there), so a
+ * check of the sum failed valid plans. Here: levels 100 and 90 in PADDED
+ * costs; 100 and 50 as sums of rows. */
+static void test_step_is_padded_cost(void **state) {
+  (void)state;
+  uint32_t lens[] = {50, 50, 40, 30, 10, 10, 20};
+  uint32_t bin_of[] = {0, 0, 1, 2, 2, 2, 3};
+  fx_t f;
+  fx_init(&f, lens, 7, 2, PK_MODE_PADDED, 100);
+  f.cfg.lin = 1;
+  f.cfg.quad = 0;
+  fx_build(&f);
+  packing_t p;
+  pack(&p, &f, 2, 2, bin_of);
+  assert_true(fabs(pk_auto_column_level(&p.s, 1) - 90) < 1e-9);
+  assert_true(fabs(pk_auto_step(&p.s) - check_packing(&p, &f)) < 1e-9);
+  assert_int_equal(pk_auto_lower_padded(&p.s), 0);
+  assert_true(fabs(pk_auto_step(&p.s) - check_packing(&p, &f)) < 1e-9);
+  fx_free(&f);
+}
+
+static uint64_t splitmix(uint64_t *x) {
+  uint64_t z = (*x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+/* A whole request that a self-checked build refused with "AUTO's
+ * lower-padded stage broke its contract": PADDED, dp 8, round 3,
+ * max_tokens 16384, 512 lengths (8 in 10 up to 1024, the rest up to
+ * 16384), one of them 0, seed 11099. It plans, and the plan holds every
+ * sequence once within the cap. */
+static void test_padded_request_passes_self_checks(void **state) {
+  (void)state;
+  uint32_t lens[512];
+  uint64_t x = 11099ull * 7919 + 1;
+  for (int i = 0; i < 512; i++) {
+    uint64_t r = splitmix(&x);
+    lens[i] = (uint32_t)(r % 10 < 8 ? 1 + r % 1024 : 1 + r % 16384);
+  }
+  lens[splitmix(&x) % 512] = 0;
+  pk_request_t q;
+  memset(&q, 0, sizeof q);
+  q.lengths = lens;
+  q.n = 512;
+  q.parallel.dp = 8;
+  q.batching.mode = PK_MODE_PADDED;
+  q.batching.round = 3;
+  q.batching.max_tokens = 16384;
+  q.seed = 11099;
+  pk_plan_t *plan = NULL;
+  char err[512] = "";
+  int rc = pk_plan(&q, &plan, err, sizeof err);
+  if (rc != PK_OK)
+    fail_msg("pk_plan: %d %s", rc, err);
+  uint32_t seen[512] = {0};
+  for (uint32_t mb = 0; mb < plan->mini_batches; mb++)
+    for (uint32_t r = 0; r < plan->dp; r++) {
+      const pk_cell_t *cell = &plan->cells[(size_t)r * plan->mini_batches + mb];
+      for (uint32_t j = 0; j < cell->nmicros; j++) {
+        const pk_micro_t *mic = &cell->micros[j];
+        assert_true(mic->padded_tokens <= 16384);
+        for (uint32_t k = 0; k < mic->nseqs; k++)
+          seen[mic->seqs[k]]++;
+      }
+    }
+  for (int i = 0; i < 512; i++)
+    assert_int_equal(seen[i], 1);
+  pk_plan_free(plan);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
+      cmocka_unit_test(test_step_is_padded_cost),
+      cmocka_unit_test(test_padded_request_passes_self_checks),
       cmocka_unit_test(test_lower_moves_across_columns),
       cmocka_unit_test(test_lower_random),
       cmocka_unit_test(test_packing_check),

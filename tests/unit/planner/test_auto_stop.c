@@ -60,7 +60,8 @@ static void stop_everywhere(const stop_case_t *c) {
   pk_request_t req = case_request(c, len);
   char err[512];
   stop_counter_t never = {0, UINT64_MAX};
-  pk_limits_t lim = {.should_stop = stop_at, .stop_arg = &never};
+  pk_auto_trace_t trace = {0};
+  pk_limits_t lim = {.should_stop = stop_at, .stop_arg = &never, .trace = &trace};
   pk_plan_t *plan = NULL, *plain = NULL;
   assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), 0);
   assert_int_equal(pk_plan(&req, &plain, err, sizeof err), 0);
@@ -68,7 +69,8 @@ static void stop_everywhere(const stop_case_t *c) {
   pk_plan_free(plan);
   pk_plan_free(plain);
   uint64_t polls = never.calls;
-  assert_string_equal(pk_auto_trace_last()->winner, c->winner);
+  assert_string_equal(trace.winner, c->winner);
+  lim.trace = NULL;
   /* Init, the count's stages and the deal each poll at least once. */
   assert_true(polls >= 4);
   test_rng_t rng = {polls};
@@ -100,17 +102,17 @@ static const stop_case_t cases[] = {
     {"packed-full", 4096, 1, 8192, 7168, 0, PK_MODE_PACKED, false, 0, 0, NULL, 0, "tighten"},
     {"packed-full-dp4", 4096, 4, 8192, 7168, 0, PK_MODE_PACKED, false, 0, 0, NULL, 0, "tighten"},
     /* PACKED with room: the column packings, refine and lower. */
-    {"packed", 2048, 16, 32768, 15360, 0, PK_MODE_PACKED, false, 0, 0, NULL, 0, "levels"},
+    {"packed", 2048, 16, 32768, 15360, 0, PK_MODE_PACKED, false, 0, 0, NULL, 0, "level-columns"},
     {"packed-dp2", 2048, 2, 16384, 15360, 0, PK_MODE_PACKED, false, 0, 0, NULL, 0, "tighten"},
     /* max_seqs: completion and the count search. */
     {"max-seqs", 2048, 8, 16384, 15360, 4, PK_MODE_PACKED, false, 0, 0, NULL, 0, "completion"},
     {"max-seqs-dp1", 4096, 1, 16384, 15360, 4, PK_MODE_PACKED, false, 0, 0, NULL, 0, "completion"},
     /* equal_count: the tier packing. */
-    {"equal", 1024, 8, 16384, 15360, 0, PK_MODE_PACKED, true, 0, 0, NULL, 0, "tiers"},
+    {"equal", 1024, 8, 16384, 15360, 0, PK_MODE_PACKED, true, 0, 0, NULL, 0, "tier-columns"},
     /* Small tight batches: the exact search. */
     {"exact", 20, 1, 300, 0, 0, PK_MODE_PACKED, false, 0, 0, kExact, 20, "exact"},
     {"exact-dp4", 80, 4, 300, 0, 0, PK_MODE_PACKED, false, 0, 0, kExact, 20, "exact"},
-    {"exact-verl", 24, 1, 300, 0, 0, PK_MODE_PACKED, false, 50, 90, NULL, 0, "levels"},
+    {"exact-verl", 24, 1, 300, 0, 0, PK_MODE_PACKED, false, 50, 90, NULL, 0, "level-columns"},
     /* PADDED: the candidate table (cut search with few runs per tier, level
      * search with 2 to 64 columns). */
     {"padded", 1024, 8, 16384, 15360, 0, PK_MODE_PADDED, false, 0, 0, NULL, 0, "halved"},
@@ -148,7 +150,7 @@ static void test_long_loops_poll(void **state) {
 }
 
 /* The trace: a winner from the overview's names, the count the plan has,
- * and improvers that never raise the step cost. */
+ * improvers that never raise the step cost, and every candidate's fate. */
 static void test_trace(void **state) {
   (void)state;
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -156,17 +158,26 @@ static void test_trace(void **state) {
     pk_request_t req = case_request(&cases[i], len);
     char err[512];
     pk_plan_t *plan = NULL;
-    assert_int_equal(pk_plan(&req, &plan, err, sizeof err), 0);
-    const pk_auto_trace_t *t = pk_auto_trace_last();
+    pk_auto_trace_t trace = {0};
+    const pk_auto_trace_t *t = &trace;
+    const pk_limits_t lim = {.trace = &trace};
+    assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), 0);
     assert_non_null(t->winner);
     assert_int_equal(t->m, plan->stats.micro_batches_per_rank);
+    bool winner_seen = false;
     for (uint32_t s = 0; s < t->nstages; s++) {
       const pk_auto_stage_rec_t *r = &t->stage[s];
       bool improver = strcmp(r->name, "refine") == 0 || strcmp(r->name, "lower") == 0 ||
                       strcmp(r->name, "lower-padded") == 0;
       if (improver)
         assert_true(r->after <= r->before * (1 + 1e-12));
+      /* Every candidate's fate is recorded; a skipped one says why, and
+       * the winner was the best when it ran. */
+      assert_true(improver == (r->fate == PK_FATE_RAN));
+      assert_true((r->fate == PK_FATE_SKIPPED) == (r->why != NULL));
+      winner_seen |= strcmp(r->name, t->winner) == 0 && r->fate == PK_FATE_BEST;
     }
+    assert_true(winner_seen || strcmp(t->winner, "padded-tiers") == 0);
     pk_plan_free(plan);
     free(len);
   }

@@ -235,7 +235,7 @@ static void test_plan_bytes_limit(void **state) {
   pk_limits_t limits = {.max_plan_bytes = 4000};
   pk_dcp_plan_t *plan = NULL;
   char err[256];
-  assert_int_equal(pk_dcp_plan(&req, &limits, &plan, err, sizeof err), PK_ENOMEM);
+  assert_int_equal(pk_dcp_plan(&req, &limits, &plan, err, sizeof err), PK_ELIMIT);
   assert_null(plan);
   assert_non_null(strstr(err, "1024 GPUs"));
   limits.max_plan_bytes = 1 << 20;

@@ -1,6 +1,8 @@
-/* pk_limits_t and pk_plan_size_estimate: the estimate covers the real
- * encoded PlanResponse on random requests and stays within a small factor of
- * it, and a 16 Mi-sequence request is refused before planning, quickly. */
+/* pk_limits_t, pk_plan_shape and the codec's size estimate
+ * (pk_codec_plan_size_estimate, checked through pk_limits_t.admit): the
+ * estimate covers the real encoded PlanResponse on random requests and
+ * stays within a small factor of it, and a 16 Mi-sequence request is
+ * refused before planning, quickly, with PK_ELIMIT. */
 #include <time.h>
 
 #include "codec.h"
@@ -10,6 +12,13 @@ static double now_s(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* The codec's estimate of the request's plan; 0 when it is invalid. */
+static uint64_t estimate(const pk_request_t *req) {
+  pk_plan_shape_t shape;
+  char err[64];
+  return pk_plan_shape(req, &shape, err, sizeof err) == 0 ? pk_codec_plan_size_estimate(&shape) : 0;
 }
 
 /* The bytes the server would send for this plan. */
@@ -52,7 +61,7 @@ static void test_estimate_covers_real_size(void **state) {
       req.batching.dp_balance = 1 + test_below(&rng, 5);
       req.batching.micro_algo = 1 + test_below(&rng, 5);
     }
-    uint64_t est = pk_plan_size_estimate(&req);
+    uint64_t est = estimate(&req);
     pk_plan_t *plan = NULL;
     char err[512];
     if (pk_plan(&req, &plan, err, sizeof err) != 0) {
@@ -108,14 +117,16 @@ static void test_16m_refused_early(void **state) {
   stop_counter_t never = {0, UINT64_MAX};
   pk_limits_t lim = {.max_sequences = PK_DEFAULT_MAX_SEQUENCES,
                      .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES,
+                     .admit = pk_codec_admit_size,
                      .should_stop = stop_at,
                      .stop_arg = &never};
+  lim.admit_arg = &lim;
   pk_plan_t *plan = (pk_plan_t *)0x1;
   char err[512] = "";
   double t0 = now_s();
   int rc = pk_plan_limited(&req, &lim, &plan, err, sizeof err);
   double t1 = now_s();
-  assert_int_equal(rc, PK_ENOMEM);
+  assert_int_equal(rc, PK_ELIMIT);
   assert_null(plan);
   assert_int_equal(pk_status_from_error(rc), 8); /* RESOURCE_EXHAUSTED */
   if (strstr(err, "max_sequences") == NULL || strstr(err, "16777216") == NULL)
@@ -123,7 +134,7 @@ static void test_16m_refused_early(void **state) {
   lim.max_sequences = 0;
   rc = pk_plan_limited(&req, &lim, &plan, err, sizeof err);
   double t2 = now_s();
-  assert_int_equal(rc, PK_ENOMEM);
+  assert_int_equal(rc, PK_ELIMIT);
   if (strstr(err, "max_plan_bytes") == NULL || strstr(err, "estimated") == NULL)
     fail_msg("message \"%s\"", err);
   print_message("refused in %.3f s (max_sequences) and %.3f s (estimate): %s\n", t1 - t0, t2 - t1,
@@ -142,23 +153,24 @@ static void test_limits_boundary(void **state) {
   pk_request_t req = {.lengths = lengths, .n = 16};
   req.parallel.dp = 2;
   req.batching.max_tokens = 1000;
-  uint64_t est = pk_plan_size_estimate(&req);
-  pk_limits_t lim = {.max_sequences = 16, .max_plan_bytes = est};
+  uint64_t est = estimate(&req);
+  pk_limits_t lim = {.max_sequences = 16, .max_plan_bytes = est, .admit = pk_codec_admit_size};
+  lim.admit_arg = &lim;
   pk_plan_t *plan = NULL;
   char err[512];
   assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), 0);
   pk_plan_free(plan);
   lim.max_sequences = 15;
-  assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), PK_ENOMEM);
+  assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), PK_ELIMIT);
   assert_non_null(strstr(err, "max_sequences = 15"));
   lim.max_sequences = 0;
   lim.max_plan_bytes = est - 1;
-  assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), PK_ENOMEM);
+  assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), PK_ELIMIT);
   assert_non_null(strstr(err, "max_plan_bytes"));
   /* Invalid fields are still INVALID_ARGUMENT, not refused on size. */
   req.parallel.dp = 0;
   assert_int_equal(pk_plan_limited(&req, &lim, &plan, err, sizeof err), PK_EINVAL);
-  assert_int_equal(pk_plan_size_estimate(&req), 0);
+  assert_int_equal(estimate(&req), 0);
 }
 
 /* Stopping at every poll the planner makes (the first 300, then a sample)

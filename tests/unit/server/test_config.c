@@ -286,6 +286,52 @@ static void test_plan_limit_flags(void **state) {
   assert_non_null(strstr(err, "max-sequences"));
 }
 
+/* The decoded-bytes budget, the refused-call log interval and an
+ * optional plan store: defaults, variables, flags, and a budget below one
+ * message refused naming both flags. */
+static void test_body_and_log_flags(void **state) {
+  (void)state;
+  pk_server_config_t cfg;
+  char err[256];
+  const char *argv[] = {"packd"};
+  assert_int_equal(load(&cfg, NULL, 1, argv, err, sizeof err), PK_OK);
+  assert_int_equal(cfg.max_decoded_bytes, 0);
+  assert_true(cfg.log_refused_interval == 10.0);
+  assert_false(cfg.plan_store_optional);
+  const char *const env[] = {"PACKD_MAX_DECODED_BYTES",
+                             "1G",
+                             "PACKD_LOG_REFUSED_INTERVAL",
+                             "0",
+                             "PACKD_PLAN_STORE_OPTIONAL",
+                             "1",
+                             NULL};
+  assert_int_equal(load(&cfg, env, 1, argv, err, sizeof err), PK_OK);
+  assert_int_equal(cfg.max_decoded_bytes, 1LL << 30);
+  assert_true(cfg.log_refused_interval == 0.0);
+  assert_true(cfg.plan_store_optional);
+  const char *flags[] = {"packd", "--max-decoded-bytes=128M", "--log-refused-interval", "500ms",
+                         "--plan-store-optional"};
+  assert_int_equal(load(&cfg, NULL, 5, flags, err, sizeof err), PK_OK);
+  assert_int_equal(cfg.max_decoded_bytes, 128LL << 20);
+  assert_true(cfg.log_refused_interval == 0.5);
+  assert_true(cfg.plan_store_optional);
+  const char *small[] = {"packd", "--max-decoded-bytes", "1M"};
+  assert_int_equal(load(&cfg, NULL, 3, small, err, sizeof err), PK_EINVAL);
+  assert_non_null(strstr(err, "--max-decoded-bytes"));
+  assert_non_null(strstr(err, "--max-message-bytes"));
+  const char *const off[] = {"PACKD_PLAN_STORE_OPTIONAL", "false", NULL};
+  assert_int_equal(load(&cfg, off, 1, argv, err, sizeof err), PK_OK);
+  assert_false(cfg.plan_store_optional);
+  const char *const junk[] = {"PACKD_PLAN_STORE_OPTIONAL", "maybe", NULL};
+  assert_int_equal(load(&cfg, junk, 1, argv, err, sizeof err), PK_EINVAL);
+  assert_non_null(strstr(err, "PACKD_PLAN_STORE_OPTIONAL"));
+  char desc[2048];
+  assert_int_equal(load(&cfg, NULL, 1, argv, err, sizeof err), PK_OK);
+  pk_config_describe(&cfg, desc, sizeof desc);
+  assert_non_null(strstr(desc, "max_decoded_bytes="));
+  assert_non_null(strstr(desc, "log_refused_interval=10s"));
+}
+
 static void test_admission_and_http_flags(void **state) {
   (void)state;
   pk_server_config_t cfg;
@@ -365,6 +411,7 @@ int main(void) {
       cmocka_unit_test(test_plan_store_flags),
       cmocka_unit_test(test_log_levels),
       cmocka_unit_test(test_plan_limit_flags),
+      cmocka_unit_test(test_body_and_log_flags),
       cmocka_unit_test(test_admission_and_http_flags),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);

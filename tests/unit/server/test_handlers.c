@@ -246,7 +246,7 @@ static void test_plan_errors_become_statuses(void **state) {
   small.max_message_bytes = 1024;
   pk_handle_plan(&small, req, len, &r);
   assert_int_equal(r.code, PK_GRPC_RESOURCE_EXHAUSTED);
-  assert_non_null(strstr(r.message, "--max-message-bytes"));
+  assert_non_null(strstr(r.message, "max_message_bytes"));
   /* The plan limits refuse before planning, naming the limit. */
   pk_handler_env_t limited = f->env;
   limited.plan_limits.max_sequences = 4;

@@ -16,7 +16,7 @@
 #include "pk_error.h"
 
 static char *render(const pk_metrics_t *m, const pk_cache_stats_t *cs, bool serving) {
-  pk_metrics_view_t v = {cs, serving, "9.9.9", "29.0.0", 2, 64, 12345, NULL, 1, 3, 2, 1, 5};
+  pk_metrics_view_t v = {cs, serving, "9.9.9", "29.0.0", 2, 64, 12345, NULL, 1, 3, 2, 1, 5, NULL};
   char *text = NULL;
   size_t len = 0;
   assert_int_equal(pk_metrics_render(m, &v, &text, &len), PK_OK);
@@ -178,8 +178,9 @@ static void test_plan_store_lines(void **state) {
   pk_metrics_t m;
   pk_metrics_init(&m, 1700000000.0);
   char *t = render(&m, NULL, true);
-  /* No store configured: no store lines at all. */
+  /* No store configured: no store lines at all; no budget: no decode lines. */
   assert_false(has_line_prefix(t, "packd_plan_store_"));
+  assert_false(has_line_prefix(t, "packd_decoded_bytes"));
   free(t);
   pk_histogram_observe_seconds(&m.store_read_seconds, 0.0003);
   pk_store_stats_t st = {.where = "redis://h:6379/0",
@@ -193,8 +194,17 @@ static void test_plan_store_lines(void **state) {
                          .reads_unavailable = 4,
                          .reads_corrupt = 1,
                          .corrupt = 1,
-                         .outages = 1};
-  pk_metrics_view_t v = {NULL, true, "9.9.9", "29.0.0", 2, 64, -1, &st, 1, 0, 0, 0, 0};
+                         .outages = 1,
+                         .replay_queued = 3,
+                         .replay_queued_bytes = 4096,
+                         .replayed = 9,
+                         .replay_dropped = 2,
+                         .replay_expired = 1};
+  pk_decode_budget_t budget;
+  pk_decode_budget_init(&budget, 1000);
+  assert_true(pk_decode_budget_take(&budget, 600));
+  assert_false(pk_decode_budget_take(&budget, 600));
+  pk_metrics_view_t v = {NULL, true, "9.9.9", "29.0.0", 2, 64, -1, &st, 1, 0, 0, 0, 0, &budget};
   size_t len;
   assert_int_equal(pk_metrics_render(&m, &v, &t, &len), PK_OK);
   assert_true(value_of(t, "packd_plan_store_up{store=\"redis://h:6379/0\"}") == 0);
@@ -208,6 +218,17 @@ static void test_plan_store_lines(void **state) {
   assert_true(value_of(t, "packd_plan_store_outages_total") == 1);
   assert_true(value_of(t, "packd_plan_store_read_duration_seconds_count") == 1);
   assert_true(value_of(t, "packd_plan_store_write_duration_seconds_count") == 0);
+  assert_true(value_of(t, "packd_plan_store_replay_queued") == 3);
+  assert_true(value_of(t, "packd_plan_store_replay_queued_bytes") == 4096);
+  assert_true(value_of(t, "packd_plan_store_replay_total{result=\"written\"}") == 9);
+  assert_true(value_of(t, "packd_plan_store_replay_total{result=\"dropped\"}") == 2);
+  assert_true(value_of(t, "packd_plan_store_replay_total{result=\"expired\"}") == 1);
+  /* The decoded-bytes lines, present with a budget in the view. */
+  assert_true(value_of(t, "packd_decoded_bytes_limit") == 1000);
+  assert_true(value_of(t, "packd_decoded_bytes") == 600);
+  assert_true(value_of(t, "packd_decoded_bytes_peak") == 600);
+  assert_true(value_of(t, "packd_decode_budget_refused_total") == 1);
+  assert_true(value_of(t, "packd_memory_trims_total") == 0);
   free(t);
 }
 

@@ -33,6 +33,7 @@ int pk_status_from_error(int code) {
   case PK_EPRECOND:
     return PK_GRPC_FAILED_PRECONDITION;
   case PK_ENOMEM:
+  case PK_ELIMIT:
     return PK_GRPC_RESOURCE_EXHAUSTED;
   case PK_ENOTFOUND:
     return PK_GRPC_NOT_FOUND;

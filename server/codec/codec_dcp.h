@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "codec.h"
 #include "packd/v1/packd.pb-c.h"
 #include "pk_dcp.h"
 #include "pk_export.h"
@@ -25,11 +26,11 @@ static inline int pk_codec_is_dcp(const Packd__V1__PlanRequest *msg) {
 PK_EXPORT int pk_codec_dcp_request(const Packd__V1__PlanRequest *msg, pk_dcp_request_t *req,
                                    char *err, size_t errlen);
 
-/* Packs the PlanResponse of a dynamic-CP plan under plan_id into *out
- * (*len bytes, free with free()). Returns 0, PK_ENOMEM, or PK_EINVAL when
- * the response would be over max_bytes (*len is then its size). */
-PK_EXPORT int pk_codec_pack_dcp_plan(const pk_dcp_plan_t *plan, const pk_dcp_request_t *req,
-                                     const char *plan_id, int64_t max_bytes, uint8_t **out,
-                                     size_t *len);
+/* Packs the PlanResponse of a dynamic-CP plan under plan_id into out (its
+ * resp; no RankPlans: n_ranks 0, off[0] 0). Returns 0, PK_ENOMEM, or
+ * PK_ELIMIT when the response would be over max_bytes (out->resp_len is
+ * then its size). */
+PK_EXPORT int pk_codec_pack_dcp_plan(const pk_dcp_plan_t *plan, const char *plan_id,
+                                     int64_t max_bytes, pk_packed_plan_t *out);
 
 #endif

@@ -70,7 +70,7 @@ typedef struct pk_packed_plan {
 /* The one encoder of a plan, for the server's handler and pk_plan_bytes:
  * the packed PlanResponse under plan_id and each rank's packed RankPlan
  * (what the cache, the store and GetRankPlan serve; each names plan_id).
- * Returns 0; PK_ENOMEM; or PK_EINVAL when the response would be over
+ * Returns 0; PK_ENOMEM; or PK_ELIMIT when the response would be over
  * max_bytes (then only resp_len is set). */
 PK_EXPORT int pk_codec_pack_plan(const pk_plan_t *plan, const char *plan_id, int64_t max_bytes,
                                  pk_packed_plan_t *out);
@@ -83,10 +83,55 @@ PK_EXPORT void pk_packed_plan_free(pk_packed_plan_t *pp);
  * 0 and NULL when out of memory. */
 size_t pk_pack_plan_response(const Packd__V1__PlanResponse *resp, uint8_t **out);
 
-/* The whole pipeline on bytes, for the embedded Python mode, packctl
- * --local and tests: decode, plan, encode, pack. Defined in plan_bytes.c,
- * not in the codec, which only translates; declared here because codec.h is
- * the header of libpackd.so. On success *resp is a malloc'd buffer of
+/* An estimate of the bytes of the packed PlanResponse of a plan of this
+ * shape (pk_plan_shape; plan_id of up to 40 characters included), from the
+ * varint sizes of the sequence indices and of the largest footprint, dp,
+ * and the lower bound on the micro-batch count: O(1). Each field is counted
+ * at its largest encoding, which covers AUTO plans (measured 1.03x to 2.0x
+ * the real size); compatibility algorithms may use more micro-batches than
+ * the bound and come out larger. */
+PK_EXPORT uint64_t pk_codec_plan_size_estimate(const pk_plan_shape_t *shape);
+
+/* An admission check for pk_limits_t.admit (admit_arg: the pk_limits_t):
+ * PK_ELIMIT, naming max_plan_bytes and the estimate, when the estimate is
+ * over limits->max_plan_bytes (0: no limit); else 0. */
+PK_EXPORT int pk_codec_admit_size(void *limits, const pk_plan_shape_t *shape, char *err,
+                                  size_t errlen);
+
+/* One Plan request from bytes to bytes (plan_bytes.c): the one path of the
+ * server's handler, pk_plan_bytes (libpackd.so, packctl --local) and the
+ * fuzz target. The caller fills the options; the results are the call's. */
+typedef struct pk_plan_call {
+  /* Options. limits: max_sequences, max_plan_bytes, the stop and the
+   * trace (its admit is the call's own). max_bytes: the largest packed
+   * response (INT64_MAX: none). plan_id: writes the plan id of msg into id
+   * ("" when it cannot); NULL: the unkeyed pk_codec_plan_id. */
+  pk_limits_t limits;
+  int64_t max_bytes;
+  void (*plan_id)(const void *plan_id_arg, const Packd__V1__PlanRequest *msg, char *id,
+                  size_t idlen);
+  const void *plan_id_arg;
+  /* Results: the sequences of the decoded request, the plan id (once
+   * admitted), the seconds spent planning and encoding, and on success the
+   * packed plan (the caller frees it with pk_packed_plan_free). */
+  uint64_t sequences;
+  char id[40];
+  double plan_seconds, pack_seconds;
+  pk_packed_plan_t packed;
+} pk_plan_call_t;
+
+/* Decodes the request, refuses it over the limits (the sequence count, then
+ * the size estimate once validated: PK_ELIMIT), computes its plan id, plans
+ * and packs it: 0 with call->packed set, or a negative pk_error code with a
+ * message in err naming the field, the limit or the figure (PK_EDECODE,
+ * PK_EINVAL, PK_EPRECOND, PK_ELIMIT, PK_ENOMEM, PK_ECANCELED,
+ * PK_EINTERNAL). call->packed is empty on failure. */
+PK_EXPORT int pk_plan_request(const uint8_t *req, size_t req_len, pk_plan_call_t *call, char *err,
+                              size_t errlen);
+
+/* pk_plan_request with the server's default limits (PK_DEFAULT_*), the
+ * unkeyed plan id and no response limit: for the embedded Python mode,
+ * packctl --local and tests. On success *resp is a malloc'd buffer of
  * *resp_len bytes holding a packed PlanResponse; free it with
  * pk_codec_free_bytes. On failure returns a negative pk_error code and a
  * message in err naming the field and the value. */

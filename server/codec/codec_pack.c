@@ -10,6 +10,8 @@
  * protobuf-c packs for the whole message (fields in number order;
  * tests/unit/server/test_handlers.c checks it), without walking the ranks
  * twice. */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +34,72 @@ static uint8_t *put_varint(uint8_t *p, size_t v) {
   }
   *p++ = (uint8_t)v;
   return p;
+}
+
+/* The estimate of a plan's encoded size (pk_codec_plan_size_estimate), in
+ * the largest encodings, in bytes: a tag is 1 byte for the field numbers
+ * used here, a length or uint32 varint at most 5, a uint64 varint 10, a
+ * double 8. */
+#define EST_LEN 5u
+#define EST_U32 5u
+#define EST_U64 10u
+#define EST_DOUBLE 8u
+#define EST_PLAN_ID 40u      /* plan_id characters (32 hex today). */
+#define EST_STATS_FIELDS 24u /* PlanStats has 19; room for a few more. */
+/* MicroBatch: its wrapper in MiniBatch, the three packed fields' headers and
+ * leading zeros, and six scalars. */
+#define EST_MICRO                                                                                  \
+  ((1 + EST_LEN) + 3 * (1 + EST_LEN) + 2 + 2 * (1 + EST_U32) + 2 * (1 + EST_U64) +                 \
+   2 * (1 + EST_DOUBLE))
+/* RankPlan: its wrapper, dp_rank and plan_id. */
+#define EST_RANK ((1 + EST_LEN) + (1 + EST_U32) + (1 + 1 + EST_PLAN_ID))
+/* MiniBatch wrapper, per (rank, mini-batch). */
+#define EST_CELL (1 + EST_LEN)
+/* PlanResponse: plan_id and stats. */
+#define EST_FIXED ((1 + 1 + EST_PLAN_ID) + (1 + EST_LEN) + EST_STATS_FIELDS * (1 + EST_U64))
+
+/* Sum of varint_size(i) for i in 0..n-1, in closed form per byte width. */
+static uint64_t index_varints(uint64_t n) {
+  uint64_t total = 0, lo = 0;
+  for (uint32_t w = 1; lo < n; w++) {
+    uint64_t hi = w >= 10 ? UINT64_MAX : (1ull << (7 * w)); /* first value of width w+1 */
+    uint64_t top = hi < n ? hi : n;
+    total += (top - lo) * w;
+    lo = top;
+  }
+  return total;
+}
+
+/* Every sequence appears once in some micro-batch's `seqs` (its index, a
+ * permutation of 0..n-1, so the index varints sum exactly), and adds one
+ * entry to `cu_seqlens` and to `cu_seqlens_padded`, each at most the varint
+ * of the largest micro-batch footprint (at most INT32_MAX). Micro-batches
+ * are counted at the shape's lower bound of their number, each with its
+ * wrapper, headers and scalars at their largest encoding, which also covers
+ * micro-batches beyond the cheap bound (PADDED rows, where the exact
+ * grouping needs a sort); ranks and mini-batches likewise. */
+uint64_t pk_codec_plan_size_estimate(const pk_plan_shape_t *shape) {
+  uint64_t widest = shape->largest_micro > (uint64_t)INT32_MAX ? INT32_MAX : shape->largest_micro;
+  uint64_t per_seq_cu = 2ull * varint_size((size_t)widest);
+  uint64_t cells = (uint64_t)shape->dp * shape->mini_batches;
+  return EST_FIXED + (uint64_t)shape->dp * EST_RANK + cells * EST_CELL +
+         index_varints(shape->sequences) + shape->sequences * per_seq_cu +
+         shape->micro_batches * EST_MICRO;
+}
+
+int pk_codec_admit_size(void *limits, const pk_plan_shape_t *shape, char *err, size_t errlen) {
+  const pk_limits_t *lim = limits;
+  if (lim == NULL || lim->max_plan_bytes == 0)
+    return PK_OK;
+  uint64_t est = pk_codec_plan_size_estimate(shape);
+  if (est <= lim->max_plan_bytes)
+    return PK_OK;
+  if (err != NULL && errlen > 0)
+    snprintf(err, errlen,
+             "lengths: the plan for %" PRIu64 " sequences over parallel.dp %" PRIu32
+             " ranks is estimated at %" PRIu64 " bytes, over the limit max_plan_bytes = %" PRIu64,
+             shape->sequences, shape->dp, est, lim->max_plan_bytes);
+  return PK_ELIMIT;
 }
 
 /* Packs resp into pp (see pk_codec_pack_plan for the contract). */
@@ -58,7 +126,7 @@ static int pack_response(const Packd__V1__PlanResponse *resp, int64_t max_bytes,
   }
   pp->resp_len = total;
   if ((int64_t)total > max_bytes)
-    return PK_EINVAL;
+    return PK_ELIMIT;
   pp->ranks = malloc(pp->off[n] > 0 ? pp->off[n] : 1);
   pp->resp = malloc(total > 0 ? total : 1);
   if (pp->ranks == NULL || pp->resp == NULL)

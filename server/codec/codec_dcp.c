@@ -75,11 +75,9 @@ int pk_codec_dcp_request(const Packd__V1__PlanRequest *msg, pk_dcp_request_t *re
   return PK_OK;
 }
 
-int pk_codec_pack_dcp_plan(const pk_dcp_plan_t *plan, const pk_dcp_request_t *req,
-                           const char *plan_id, int64_t max_bytes, uint8_t **out, size_t *len) {
-  (void)req;
-  *out = NULL;
-  *len = 0;
+int pk_codec_pack_dcp_plan(const pk_dcp_plan_t *plan, const char *plan_id, int64_t max_bytes,
+                           pk_packed_plan_t *out) {
+  *out = (pk_packed_plan_t){0};
   uint32_t pool = plan->pool, ns = plan->slots, ng = plan->ngroups;
   size_t ncu = 0;
   for (uint32_t r = 0; r < ng; r++)
@@ -166,15 +164,17 @@ int pk_codec_pack_dcp_plan(const pk_dcp_plan_t *plan, const pk_dcp_request_t *re
   resp.plan_id = (char *)plan_id;
   resp.dynamic_cp = &dp;
   size_t size = packd__v1__plan_response__get_packed_size(&resp);
-  *len = size;
-  PK_CODEC_CHECK((int64_t)size <= max_bytes, PK_EINVAL);
-  *out = malloc(size ? size : 1);
-  PK_CODEC_CHECK(*out != NULL, PK_ENOMEM);
-  PK_CODEC_CHECK(packd__v1__plan_response__pack(&resp, *out) == size, PK_EINTERNAL);
+  out->resp_len = size;
+  PK_CODEC_CHECK((int64_t)size <= max_bytes, PK_ELIMIT);
+  out->resp = malloc(size ? size : 1);
+  out->off = calloc(1, sizeof *out->off);
+  PK_CODEC_CHECK(out->resp != NULL && out->off != NULL, PK_ENOMEM);
+  PK_CODEC_CHECK(packd__v1__plan_response__pack(&resp, out->resp) == size, PK_EINTERNAL);
 done:
-  if (rc != PK_OK && rc != PK_EINVAL) {
-    free(*out);
-    *out = NULL;
+  if (rc != PK_OK) {
+    size_t len = out->resp_len;
+    pk_packed_plan_free(out);
+    out->resp_len = len;
   }
   free(slots);
   free(slot_ptr);

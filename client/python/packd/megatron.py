@@ -1,0 +1,432 @@
+"""Megatron-Core's sequence-packing schedulers, planned by packd.
+
+Megatron-Core chooses how a global batch of variable-length sequences is
+packed into micro-batches by a registry,
+``megatron.core.datasets.data_schedule.scheduler_map``, keyed by the config
+field ``sequence_packing_scheduler``. Every DP rank gathers the lengths of
+the whole global batch and calls the scheduler with the same
+``[(sample id, padded length), ...]``; the answer says, per micro-batch and
+per DP x CP rank, which samples that rank packs. Every rank must compute the
+same answer: packd's plans are deterministic (the same request gives the
+same plan, embedded or from a server), so they are.
+
+``DpBalancedScheduler`` here has the constructor, methods and output format
+of Megatron-Core's ``DpBalancedScheduler`` and differs where packd is better
+by design (the differences table in docs/python.md):
+
+- the cap is hard: a DP rank's micro-batch holds at most
+  ``max_seqlen_per_dp_cp_rank * cp_size`` tokens, the bound Megatron packs
+  to, and a sample longer than that raises ``SchedulingError`` naming it
+  (Megatron gives it a micro-batch of its own, over the cap);
+- the micro-batch count per DP rank is the least the planner finds under the
+  cap, rounded up to a multiple of ``microbatch_group_size_per_vp_stage``,
+  and the same on every DP rank by construction (Megatron packs in order and
+  then splits single samples off the last micro-batches until the count
+  divides);
+- samples are balanced over DP ranks and micro-batch slots by packd's cost
+  model (attention grows with the square of the length), instead of taken
+  in order.
+
+The one line a Megatron-Core user adds::
+
+    import packd.megatron; packd.megatron.patch()
+
+registers the scheduler as ``sequence_packing_scheduler="packd_dp_balanced"``
+(``patch(replace=True)`` also puts it in place of Megatron's own
+``dp_balanced``); ``handle.undo()`` puts the registry back.
+
+Plans go to the embedded planner, or to the server named by ``PACKD_TARGET``
+when that is set, or to the ``client=`` given to the constructor.
+"""
+
+from __future__ import annotations
+
+import logging
+import numbers
+import threading
+
+import numpy as np
+
+from ._adapt import default_client
+from .errors import FailedPrecondition, InvalidArgument
+
+__all__ = ["DpBalancedScheduler", "SchedulingError", "SCHEDULERS", "MegatronPatch", "patch"]
+
+_log = logging.getLogger("packd")
+
+# The planner takes lengths as uint32 and lays micro-batches out with int32
+# offsets, so a DP rank's micro-batch (and so the cap) stays below 2**31.
+_INT32_MAX = (1 << 31) - 1
+
+
+class SchedulingError(FailedPrecondition, AssertionError):
+    """Valid arguments that no schedule meets: a sample longer than the cap,
+    or too few samples to give every DP rank the required number of
+    non-empty micro-batches. Also an ``AssertionError``, the type
+    Megatron-Core raises where it cannot schedule ("Not enough samples to
+    move"), so a caller's ``except AssertionError`` still catches it."""
+
+
+def _int_arg(name: str, value, lowest: int, *, none_ok: bool = False):
+    """``value`` as an int >= ``lowest``; InvalidArgument naming ``name``
+    and the value otherwise (bools and non-integral numbers are refused)."""
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        kind = "None or an integer" if none_ok else "an integer"
+        raise InvalidArgument(f"{name}: expected {kind}, got {value!r} (a {type(value).__name__})")
+    if int(value) < lowest:
+        raise InvalidArgument(f"{name}: must be >= {lowest}, got {int(value)}")
+    return int(value)
+
+
+def _pairs(sample_id_seqlens):
+    """(ids, lengths) as int64 arrays from ``[(id, seqlen), ...]`` (a list
+    of pairs, an [n, 2] array or tensor). InvalidArgument names the entry
+    and the value that is not a pair of non-negative integers, and an id
+    given twice."""
+    if hasattr(sample_id_seqlens, "detach"):
+        sample_id_seqlens = sample_id_seqlens.detach().cpu().numpy()
+    if isinstance(sample_id_seqlens, np.ndarray):
+        if sample_id_seqlens.ndim != 2 or sample_id_seqlens.shape[1] != 2:
+            raise InvalidArgument(
+                f"sample_id_seqlens: expected (id, seqlen) pairs of shape [n, 2], got shape {sample_id_seqlens.shape}"
+            )
+        if sample_id_seqlens.size and not np.issubdtype(sample_id_seqlens.dtype, np.integer):
+            raise InvalidArgument(f"sample_id_seqlens: expected integers, got dtype {sample_id_seqlens.dtype}")
+        sample_id_seqlens = sample_id_seqlens.tolist()
+    n = len(sample_id_seqlens)
+    ids = np.empty(n, dtype=np.int64)
+    lengths = np.empty(n, dtype=np.int64)
+    for k, pair in enumerate(sample_id_seqlens):
+        try:
+            sid, seqlen = pair
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"sample_id_seqlens[{k}]: expected an (id, seqlen) pair, got {pair!r}") from None
+        for what, v in (("id", sid), ("seqlen", seqlen)):
+            if hasattr(v, "item") and getattr(v, "ndim", 0) == 0:
+                v = v.item()
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < 0:
+                raise InvalidArgument(
+                    f"sample_id_seqlens[{k}]: the {what} must be a non-negative integer, got {v!r}"
+                )
+        ids[k], lengths[k] = int(sid), int(seqlen)
+    if n:
+        order = np.argsort(ids, kind="stable")
+        dup = np.flatnonzero(ids[order][1:] == ids[order][:-1])
+        if dup.size:
+            first, second = sorted((int(order[dup[0]]), int(order[dup[0] + 1])))
+            raise InvalidArgument(
+                f"sample_id_seqlens[{second}]: id {int(ids[second])} repeats sample_id_seqlens[{first}]"
+            )
+    return ids, lengths
+
+
+class DpBalancedScheduler:
+    """Megatron-Core's fixed-CP packing scheduler, planned by packd.
+
+    ``DpBalancedScheduler(max_seqlen_per_dp_cp_rank, cp_size, dp_size,
+    microbatch_group_size_per_vp_stage)`` as Megatron-Core constructs it
+    (``microbatch_group_size_per_vp_stage`` is None without VPP). The
+    keywords ``client`` (a ``packd.Client``; default: the embedded planner,
+    or the server of ``PACKD_TARGET``) and ``cost`` (a ``packd.Cost`` or
+    ``packd.Calibration``; default: packd's) are packd's own.
+
+    Attributes are Megatron's: ``max_seqlen_per_dp_cp_rank``, ``cp_size``,
+    ``dp_size``, ``microbatch_group_size_per_vp_stage`` and
+    ``max_seq_len_all_ranks`` (the token cap of one DP rank's micro-batch,
+    ``max_seqlen_per_dp_cp_rank * cp_size``).
+    """
+
+    def __init__(
+        self,
+        max_seqlen_per_dp_cp_rank,
+        cp_size,
+        dp_size,
+        microbatch_group_size_per_vp_stage=None,
+        *,
+        client=None,
+        cost=None,
+    ):
+        self.max_seqlen_per_dp_cp_rank = _int_arg("max_seqlen_per_dp_cp_rank", max_seqlen_per_dp_cp_rank, 1)
+        self.cp_size = _int_arg("cp_size", cp_size, 1)
+        self.dp_size = _int_arg("dp_size", dp_size, 1)
+        self.microbatch_group_size_per_vp_stage = _int_arg(
+            "microbatch_group_size_per_vp_stage", microbatch_group_size_per_vp_stage, 1, none_ok=True
+        )
+        self.max_seq_len_all_ranks = self.max_seqlen_per_dp_cp_rank * self.cp_size
+        if self.max_seq_len_all_ranks > _INT32_MAX:
+            raise InvalidArgument(
+                f"max_seqlen_per_dp_cp_rank: {self.max_seqlen_per_dp_cp_rank} x cp_size {self.cp_size} = "
+                f"{self.max_seq_len_all_ranks} tokens per micro-batch, above the planner's limit {_INT32_MAX}"
+            )
+        self.client = client
+        self.cost = cost
+
+    @property
+    def microbatch_multiple(self) -> int:
+        """The micro-batch count of every DP rank is a multiple of this
+        (the VPP group size, or 1 without VPP)."""
+        return self.microbatch_group_size_per_vp_stage or 1
+
+    def get_required_sample_keys(self):
+        """The sample keys Megatron-Core's ``run`` needs (Megatron's list)."""
+        return _megatron_dp_balanced().get_required_sample_keys(self)
+
+    def get_groups_and_subsamples(self, sample_id_seqlens):
+        """Schedules ``sample_id_seqlens`` (``[(id, seqlen), ...]``, ids
+        unique) into micro-batches.
+
+        Returns ``sample_id_groups``: ``sample_id_groups[i][j]`` is the list
+        of sample ids that DP x CP rank ``j`` packs in micro-batch ``i``, the
+        same list for the ``cp_size`` ranks ``j`` of one DP rank ``j //
+        cp_size`` (ids ascending). Every id appears in exactly one
+        micro-batch of one DP rank; every DP rank has the same number of
+        micro-batches, a multiple of ``microbatch_group_size_per_vp_stage``;
+        no list is empty; each list's lengths sum to at most
+        ``max_seq_len_all_ranks``. An empty input gives ``[]``.
+
+        Raises InvalidArgument (a ValueError) for malformed input, and
+        SchedulingError (also an AssertionError) when no such schedule
+        exists, naming the sample or the counts."""
+        ids, lengths = _pairs(sample_id_seqlens)
+        n = int(ids.size)
+        if n == 0:
+            return []
+        cap = self.max_seq_len_all_ranks
+        over = np.flatnonzero(lengths > cap)
+        if over.size:
+            k = int(over[0])
+            raise SchedulingError(
+                f"sample_id_seqlens[{k}]: sample {int(ids[k])} has seqlen {int(lengths[k])}, above "
+                f"max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank} x cp_size {self.cp_size} = {cap}"
+            )
+        fewest = self.dp_size * self.microbatch_multiple
+        if n < fewest:
+            raise SchedulingError(
+                f"sample_id_seqlens: {n} samples cannot fill dp_size {self.dp_size} x "
+                f"microbatch_group_size_per_vp_stage {self.microbatch_multiple} = {fewest} non-empty micro-batches"
+            )
+        client = self.client or default_client()
+        # The cap is Megatron's: the padded lengths of one DP rank's
+        # micro-batch sum to at most cap. The planner is asked with cp=1 and
+        # that cap, so that it aligns nothing (Megatron's lengths arrive
+        # padded) and the bound is exactly Megatron's; under fixed CP every
+        # cost is the CP-1 cost divided by cp_size, so the balance is the same.
+        try:
+            plan = client.plan(
+                lengths,
+                dp=self.dp_size,
+                max_tokens=cap,
+                microbatch_group=self.microbatch_multiple,
+                cost=self.cost,
+            )
+        except FailedPrecondition as exc:
+            raise SchedulingError(
+                f"sample_id_seqlens: {n} samples cannot fill the micro-batches that the cap "
+                f"max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank} x cp_size {self.cp_size} = {cap} needs on "
+                f"each of dp_size {self.dp_size} ranks (the planner: {exc.message})"
+            ) from None
+        ranks = [rank.micro_batches for rank in plan]
+        count = len(ranks[0])
+        groups = []
+        for i in range(count):
+            row = []
+            for rank in ranks:
+                members = sorted(int(s) for s in ids[np.asarray(rank[i].seqs, dtype=np.int64)])
+                row.extend([members] * self.cp_size)
+            groups.append(row)
+        return groups
+
+    def run(self, *args, **kwargs):
+        """Megatron-Core's pipeline around the schedule (gather lengths,
+        schedule, reroute, pack, broadcast), from the installed
+        Megatron-Core, with this scheduler's ``get_groups_and_subsamples``."""
+        return _megatron_dp_balanced().run(self, *args, **kwargs)
+
+    def __repr__(self) -> str:
+        return (
+            f"packd.megatron.DpBalancedScheduler(max_seqlen_per_dp_cp_rank={self.max_seqlen_per_dp_cp_rank}, "
+            f"cp_size={self.cp_size}, dp_size={self.dp_size}, "
+            f"microbatch_group_size_per_vp_stage={self.microbatch_group_size_per_vp_stage})"
+        )
+
+
+# packd's schedulers for Megatron-Core's registry, one row each: the name a
+# config gives as ``sequence_packing_scheduler``, Megatron's own scheduler it
+# can stand in for (``patch(replace=...)``), and the class.
+SCHEDULERS = {
+    "packd_dp_balanced": ("dp_balanced", DpBalancedScheduler),
+}
+
+_DATA_SCHEDULE = "megatron.core.datasets.data_schedule"
+
+
+def _data_schedule():
+    """Megatron-Core's registry module; ImportError saying what is missing
+    where Megatron-Core is not installed or is a version without the
+    registry (0.16 and older have neither ``scheduler_map`` nor
+    ``PackingSchedulerEnum``)."""
+    import importlib
+
+    try:
+        mod = importlib.import_module(_DATA_SCHEDULE)
+    except ImportError as exc:
+        raise ImportError(f"packd.megatron: cannot import {_DATA_SCHEDULE} ({exc})") from exc
+    missing = [a for a in ("scheduler_map", "PackingSchedulerEnum", "DpBalancedScheduler") if not hasattr(mod, a)]
+    if missing:
+        raise ImportError(
+            f"packd.megatron: {_DATA_SCHEDULE} has no {', '.join(missing)}; this Megatron-Core version has no "
+            "sequence-packing scheduler registry (it is in Megatron-LM main after 0.16)"
+        )
+    return mod
+
+
+def _megatron_dp_balanced():
+    return _data_schedule().DpBalancedScheduler
+
+
+def add_enum_member(enum_cls, name: str, value):
+    """Adds the member ``name`` = ``value`` to the Enum class ``enum_cls``
+    (lookup by name and value, attribute access, iteration) and returns it.
+    Megatron-Core turns the config string into its scheduler enum with
+    ``PackingSchedulerEnum[s.upper()]``, so a new scheduler name needs a
+    member. ValueError when the name or the value is taken."""
+    if name in enum_cls._member_map_ or name in enum_cls.__dict__:
+        raise ValueError(f"{enum_cls.__name__}: a member or attribute named {name!r} exists already")
+    if value in enum_cls._value2member_map_:
+        raise ValueError(f"{enum_cls.__name__}: the value {value!r} belongs to {enum_cls(value)!r} already")
+    member = object.__new__(enum_cls)
+    member._name_ = name
+    member._value_ = value
+    member.__objclass__ = enum_cls
+    member.__init__(value)
+    # Attribute first: EnumType refuses to set an attribute named like a member.
+    type.__setattr__(enum_cls, name, member)
+    enum_cls._member_map_[name] = member
+    enum_cls._value2member_map_[value] = member
+    enum_cls._member_names_.append(name)
+    return member
+
+
+def remove_enum_member(enum_cls, member) -> None:
+    """Undoes ``add_enum_member``."""
+    name = member._name_
+    enum_cls._member_names_.remove(name)
+    del enum_cls._value2member_map_[member._value_]
+    del enum_cls._member_map_[name]
+    type.__delattr__(enum_cls, name)
+
+
+class MegatronPatch:
+    """What ``packd.megatron.patch()`` registered; ``undo()`` restores
+    Megatron-Core's registry. Usable as a context manager (undone on
+    exit)."""
+
+    def __init__(self, replace: tuple):
+        self.replace = replace
+        self.replaced: list = []  # "scheduler_map[NAME]" labels, in order
+        self._undo: list = []  # callables restoring one change each
+        self.active = False
+
+    def undo(self) -> None:
+        """Restores the registry. Safe to call twice."""
+        global _active
+        with _lock:
+            if not self.active:
+                return
+            for restore in reversed(self._undo):
+                restore()
+            self._undo.clear()
+            self.active = False
+            if _active is self:
+                _active = None
+        _log.info("packd: Megatron-Core's packing schedulers restored")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.undo()
+
+    def __repr__(self) -> str:
+        state = "active" if self.active else "undone"
+        return f"MegatronPatch({state}, replaced={self.replaced})"
+
+
+_lock = threading.Lock()
+_active = None
+
+
+def _replace_names(replace) -> tuple:
+    """The Megatron scheduler names ``replace`` asks for: all that packd has
+    a stand-in for (True), none (False), or the names given."""
+    stand_ins = sorted(m for m, _ in SCHEDULERS.values())
+    if replace is True:
+        return tuple(stand_ins)
+    if replace is False or replace is None:
+        return ()
+    names = (replace,) if isinstance(replace, str) else tuple(replace)
+    for name in names:
+        if name not in stand_ins:
+            raise ValueError(f"replace: packd has no stand-in for Megatron's scheduler {name!r} (it has {stand_ins})")
+    return tuple(sorted(set(names)))
+
+
+def patch(replace=False) -> MegatronPatch:
+    """Registers packd's schedulers in Megatron-Core's ``scheduler_map``:
+    every row of ``SCHEDULERS`` under its own name (a config then selects it
+    with ``sequence_packing_scheduler="packd_dp_balanced"``), and, for the
+    Megatron names in ``replace`` (True: all packd can stand in for, e.g.
+    ``"dp_balanced"``), packd's class in place of Megatron's.
+
+    Applied once per process: a second call with the same ``replace``
+    returns the active handle; one with another ``replace`` raises
+    ValueError (undo the first). ImportError where Megatron-Core is missing
+    or has no scheduler registry."""
+    global _active
+    names = _replace_names(replace)
+    mod = _data_schedule()
+    enum_cls, registry = mod.PackingSchedulerEnum, mod.scheduler_map
+    with _lock:
+        if _active is not None:
+            if _active.replace != names:
+                raise ValueError(
+                    f"replace: packd.megatron.patch() is active with replace={list(_active.replace)}; "
+                    f"undo() it before patching with replace={list(names)}"
+                )
+            return _active
+        handle = MegatronPatch(names)
+        try:
+            for own, (stands_for, cls) in SCHEDULERS.items():
+                key = enum_cls._member_map_.get(own.upper())
+                if key is None:
+                    key = add_enum_member(enum_cls, own.upper(), own)
+                    handle._undo.append(lambda m=key: remove_enum_member(enum_cls, m))
+                _put(handle, registry, key, cls)
+                if stands_for in names:
+                    theirs = enum_cls._member_map_.get(stands_for.upper())
+                    if theirs is None:
+                        raise ImportError(
+                            f"packd.megatron.patch(): this Megatron-Core has no scheduler {stands_for!r} to replace"
+                        )
+                    _put(handle, registry, theirs, cls)
+        except BaseException:
+            for restore in reversed(handle._undo):
+                restore()
+            raise
+        handle.active = True
+        _active = handle
+    _log.info("packd: Megatron-Core packing schedulers registered: %s", ", ".join(handle.replaced))
+    return handle
+
+
+def _put(handle: MegatronPatch, registry: dict, key, cls) -> None:
+    """Sets ``registry[key] = cls`` and records how to restore it."""
+    if key in registry:
+        old = registry[key]
+        handle._undo.append(lambda: registry.__setitem__(key, old))
+    else:
+        handle._undo.append(lambda: registry.pop(key, None))
+    registry[key] = cls
+    handle.replaced.append(f"scheduler_map[{key.name}]")

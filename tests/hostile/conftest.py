@@ -1,0 +1,6 @@
+"""The hostile-client suite reuses the server harness of tests/python."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "python"))
