@@ -69,6 +69,25 @@ static int plan_dcp(const Packd__V1__PlanRequest *msg, pk_plan_call_t *call, cha
     rc = PK_EINTERNAL;
     goto done;
   }
+  if (call->limits.max_plan_bytes != 0) {
+    /* Every slot answers an entry of at least 4 bytes per GPU: refuse a
+     * plan whose least slot count already passes the limit, before
+     * planning it (invalid requests fall through to the planner's
+     * message). */
+    uint32_t slots = 0;
+    uint64_t pool = (uint64_t)r.dp * (r.cp ? r.cp : 1);
+    if (pk_dcp_step_lower_bound(&r, &slots) >= 0 &&
+        (uint64_t)slots * pool * 4 > call->limits.max_plan_bytes) {
+      rc = PK_ELIMIT;
+      if (err != NULL && errlen > 0)
+        snprintf(err, errlen,
+                 "response: %llu GPUs x at least %u slots need at least %llu bytes, over the "
+                 "limit max_plan_bytes = %llu",
+                 (unsigned long long)pool, slots, (unsigned long long)slots * pool * 4,
+                 (unsigned long long)call->limits.max_plan_bytes);
+      goto done;
+    }
+  }
   double t0 = seconds();
   rc = pk_dcp_plan(&r, &call->limits, &plan, err, errlen);
   double t1 = seconds();

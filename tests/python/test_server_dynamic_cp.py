@@ -184,3 +184,22 @@ def test_embedded_library_plans_the_same(planner):
     check(local, req)
     local.dynamic_cp.plan_time_us = remote.dynamic_cp.plan_time_us = 0
     assert local.dynamic_cp == remote.dynamic_cp
+
+
+def test_plan_bytes_limit_refuses_before_planning():
+    """--max-plan-bytes: a dynamic-CP answer of at least 4 bytes per GPU and
+    slot over the limit is RESOURCE_EXHAUSTED naming the figures."""
+    s = h.start("--drain-delay", "0", "--max-plan-bytes", "4000")
+    try:
+        ch = s.channel()
+        stub = st.packd_pb2_grpc.PlannerStub(ch)
+        req = dcp_request([60000] * 64, dp=1024, cap=8192)
+        with pytest.raises(grpc.RpcError) as e:
+            stub.Plan(req, timeout=30)
+        assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "1024 GPUs x at least 1 slots need at least 4096 bytes" in e.value.details()
+        ok = stub.Plan(dcp_request([60000] * 4, dp=8, cap=8192), timeout=30)
+        check(ok, dcp_request([60000] * 4, dp=8, cap=8192))
+        ch.close()
+    finally:
+        assert s.stop() == 0, s.log()

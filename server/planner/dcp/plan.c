@@ -231,20 +231,6 @@ int pk_dcp_plan(const pk_dcp_request_t *req, const pk_limits_t *limits, pk_dcp_p
   rc = dcp_items_init(&cfg, req->lengths, (uint32_t)req->n, &it, err, errlen);
   if (rc != 0)
     goto done;
-  if (limits != NULL && limits->max_plan_bytes != 0) {
-    /* Every slot answers one entry of at least 4 bytes per GPU: refuse a
-     * plan whose least slot count already passes the limit, before
-     * planning it. */
-    uint64_t least = (uint64_t)dcp_slots_lower_bound(&cfg, &it) * cfg.pool * 4;
-    if (least > limits->max_plan_bytes) {
-      rc = pk_fail(err, errlen, PK_ELIMIT,
-                   "parallel.dp x parallel.cp: %u GPUs x at least %u slots need at least %llu "
-                   "bytes of answer, over the limit of %llu",
-                   cfg.pool, dcp_slots_lower_bound(&cfg, &it), (unsigned long long)least,
-                   (unsigned long long)limits->max_plan_bytes);
-      goto done;
-    }
-  }
   rc = dcp_assign_init(&a, it.n, 64);
   if (rc != 0) {
     pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", it.n);

@@ -224,26 +224,6 @@ static void test_stop(void **state) {
   }
 }
 
-/* A plan whose least slot count times the pool passes max_plan_bytes is
- * refused before planning, naming the figures. */
-static void test_plan_bytes_limit(void **state) {
-  (void)state;
-  uint32_t lengths[64];
-  for (uint32_t i = 0; i < 64; i++)
-    lengths[i] = 60000;
-  pk_dcp_request_t req = {.lengths = lengths, .n = 64, .dp = 1024, .max_tokens = 8192};
-  pk_limits_t limits = {.max_plan_bytes = 4000};
-  pk_dcp_plan_t *plan = NULL;
-  char err[256];
-  assert_int_equal(pk_dcp_plan(&req, &limits, &plan, err, sizeof err), PK_ELIMIT);
-  assert_null(plan);
-  assert_non_null(strstr(err, "1024 GPUs"));
-  limits.max_plan_bytes = 1 << 20;
-  assert_int_equal(pk_dcp_plan(&req, &limits, &plan, err, sizeof err), 0);
-  check_dcp_plan(&req, plan);
-  pk_dcp_plan_free(plan);
-}
-
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_requests),
@@ -253,7 +233,6 @@ int main(void) {
       cmocka_unit_test(test_invalid_fields),
       cmocka_unit_test(test_sequence_fits_nowhere),
       cmocka_unit_test(test_stop),
-      cmocka_unit_test(test_plan_bytes_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
