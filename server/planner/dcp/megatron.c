@@ -49,6 +49,7 @@ typedef struct meg {
   uint64_t *gsum;    /* Per group: aligned tokens at its size. */
   uint32_t *gcount;  /* Per group: sequences. */
   uint32_t *gtop;    /* Per group: last sequence added (a stack through below). */
+  double *gload;     /* Per group: the load of each of its GPUs. */
   uint32_t *below;   /* n: the sequence added before it to the same group. */
   uint32_t *seq_gid; /* n: group within the slot. */
   uint32_t ng;
@@ -66,12 +67,11 @@ static double estimate(const meg_t *g, uint32_t i) {
   return l * l / needed(g, i);
 }
 
+/* The load of group q's GPUs: they start at 0 together (a new group takes
+ * free GPUs) and take the same work, so one figure per group is the
+ * highest of them. */
 static double group_load(const meg_t *g, uint32_t q) {
-  double mx = 0;
-  for (uint32_t r = 0; r < g->pool; r++)
-    if (g->gpu_gid[r] == q)
-      mx = fmax(mx, g->exec[r]);
-  return mx;
+  return g->gload[q];
 }
 
 static void spread(const meg_t *g, double *mx, double *mn, uint32_t *argmax) {
@@ -95,6 +95,7 @@ static void add_to(meg_t *g, uint32_t q, uint32_t i) {
   for (uint32_t r = 0; r < g->pool; r++)
     if (g->gpu_gid[r] == q)
       g->exec[r] += w;
+  g->gload[q] += w;
   g->gsum[q] += dcp_item_aligned(g->cfg, g->it, i, g->gk[q]);
   g->gcount[q]++;
   g->below[i] = g->gtop[q];
@@ -210,6 +211,7 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
         g->gsum[q] = 0;
         g->gcount[q] = 0;
         g->gtop[q] = UINT32_MAX;
+        g->gload[q] = 0;
         for (uint32_t r = 0, taken = 0; r < pool && taken < c; r++)
           if (g->gpu_gid[r] == UINT32_MAX) {
             g->gpu_gid[r] = q;
@@ -256,6 +258,7 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
     for (uint32_t r = 0; r < pool; r++)
       if (g->gpu_gid[r] == q)
         g->exec[r] -= w;
+    g->gload[q] -= w;
     g->gtop[q] = g->below[i];
     g->gsum[q] -= dcp_item_aligned(cfg, g->it, i, g->gk[q]);
     g->gcount[q]--;
@@ -329,6 +332,7 @@ int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t 
   g.gsum = pk_malloc_array(pool, sizeof *g.gsum);
   g.gcount = pk_malloc_array(pool, sizeof *g.gcount);
   g.gtop = pk_malloc_array(pool, sizeof *g.gtop);
+  g.gload = pk_malloc_array(pool, sizeof *g.gload);
   g.below = pk_malloc_array(n, sizeof *g.below);
   g.seq_gid = pk_malloc_array(n, sizeof *g.seq_gid);
   uint32_t *rem = pk_malloc_array(n, sizeof *rem);
@@ -339,7 +343,7 @@ int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t 
   uint8_t *seen = pk_malloc_array(cfg->nsize, 1);
   int rc = 0;
   if (g.exec == NULL || g.gpu_gid == NULL || g.gsize == NULL || g.gk == NULL || g.gfirst == NULL ||
-      g.gsum == NULL || g.gcount == NULL || g.gtop == NULL || g.below == NULL ||
+      g.gsum == NULL || g.gcount == NULL || g.gtop == NULL || g.gload == NULL || g.below == NULL ||
       g.seq_gid == NULL || rem == NULL || tmp == NULL || left == NULL || bstart == NULL ||
       bfront == NULL || seen == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: out of memory for %u sequences", n);
@@ -382,6 +386,7 @@ done:
   free(g.gsum);
   free(g.gcount);
   free(g.gtop);
+  free(g.gload);
   free(g.below);
   free(g.seq_gid);
   free(rem);
