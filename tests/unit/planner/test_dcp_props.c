@@ -224,6 +224,54 @@ static void test_stop(void **state) {
   }
 }
 
+#define PK_TEST_MIN(a, b) ((a) < (b) ? (a) : (b))
+
+/* A stop at a poll of a plan (every one on a small batch) returns
+ * PK_ECANCELED with nothing built (ASan checks the unwinding
+ * of every stage); past the last poll the plan is the one planned without
+ * a stop. */
+static void test_stop_at_every_poll(void **state) {
+  (void)state;
+  test_rng_t r = {.s = 11};
+  uint32_t lengths[6000];
+  for (uint32_t i = 0; i < 6000; i++)
+    lengths[i] = test_rl_length(&r, 30000);
+  for (uint32_t algo = 0; algo < PK_DCP_ALGO_COUNT; algo++) {
+    for (uint32_t n = 300; n <= 6000; n += 5700) {
+      pk_dcp_request_t req = {.lengths = lengths, .n = n, .dp = 16, .max_tokens = 8192};
+      req.cost.cp_token = 0.25;
+      req.algo = algo;
+      stop_counter_t never = {.at = UINT64_MAX};
+      pk_limits_t lim = {.should_stop = stop_at, .stop_arg = &never};
+      pk_dcp_plan_t *ref = NULL;
+      char err[256];
+      assert_int_equal(pk_dcp_plan(&req, &lim, &ref, err, sizeof err), 0);
+      uint64_t polls = never.calls;
+      assert_true(polls >= 1);
+      /* Every poll of the small batch; of the large one (above the class
+       * plans' limit) the powers of two and the last two. */
+      for (uint64_t at = 1; at <= polls + 1;
+           at = n < 1024 || at >= polls ? at + 1 : PK_TEST_MIN(2 * at, polls)) {
+        stop_counter_t c = {.at = at};
+        lim.stop_arg = &c;
+        pk_dcp_plan_t *p = NULL;
+        int rc = pk_dcp_plan(&req, &lim, &p, err, sizeof err);
+        if (at <= polls) {
+          assert_int_equal(rc, PK_ECANCELED);
+          assert_null(p);
+          assert_non_null(strstr(err, "stopped"));
+        } else {
+          assert_int_equal(rc, 0);
+          assert_int_equal(p->slots, ref->slots);
+          assert_true(p->stats.step_cost == ref->stats.step_cost);
+          pk_dcp_plan_free(p);
+        }
+      }
+      pk_dcp_plan_free(ref);
+    }
+  }
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_random_requests),
@@ -233,6 +281,7 @@ int main(void) {
       cmocka_unit_test(test_invalid_fields),
       cmocka_unit_test(test_sequence_fits_nowhere),
       cmocka_unit_test(test_stop),
+      cmocka_unit_test(test_stop_at_every_poll),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
