@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "knobs.h"
 #include "state.h"
 
 /* The size policies of step 1, each a full plan per count (the cheaper
@@ -32,15 +33,6 @@
  * when long sequences would set their slots' times; the first when many
  * sequences are near the level and spreading them only adds CP cost. */
 enum { DCP_SIZES_CHEAPEST = 0, DCP_SIZES_SPREAD = 1, DCP_SIZE_POLICIES = 2 };
-
-/* Counts above the bound tried after the first that packs (each costs a
- * full plan; the bound usually stops the search sooner). */
-#define DCP_EXTRA_COUNTS 3u
-/* The class plans pack with scans over all groups, and the reproduction of
- * Megatron-Core's scheduler scans the pool for every sequence: batches up to
- * this many sequences only (the fixed-CP and shelf plans cover every
- * batch). */
-#define DCP_CLASS_MAX_N 1024u
 
 typedef struct sort_arg {
   const uint32_t *k;
@@ -84,7 +76,8 @@ typedef struct scratch {
 static uint32_t cheapest(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i) {
   uint32_t best = it->kmin[i];
   double bw = cfg->size[best] * dcp_item_cost(cfg, it, i, best);
-  uint32_t end = cfg->sizes == PK_DCP_SIZES_ANY ? PK_MIN(cfg->nsize, best + 4) : cfg->nsize;
+  uint32_t end =
+      cfg->sizes == PK_DCP_SIZES_ANY ? PK_MIN(cfg->nsize, best + DCP_ANY_CHEAPEST) : cfg->nsize;
   for (uint32_t k = best + 1; k < end; k++) {
     double w = cfg->size[k] * dcp_item_cost(cfg, it, i, k);
     if (w < bw) {
@@ -109,7 +102,7 @@ static bool costlier(const void *arg, uint32_t x, uint32_t y) {
  * doublings, so that a pool of any-size groups costs O(log pool) per
  * sequence, not O(pool). */
 static uint32_t next_size(const dcp_cfg_t *cfg, uint32_t k, uint32_t q) {
-  if (cfg->sizes == PK_DCP_SIZES_POW2 || q < k + 8)
+  if (cfg->sizes == PK_DCP_SIZES_POW2 || q < k + DCP_ANY_STEPS)
     return q + 1;
   uint32_t want = cfg->size[q] > cfg->pool / 2 ? cfg->pool : 2 * cfg->size[q];
   uint32_t next = dcp_size_index(cfg, want);

@@ -18,10 +18,7 @@
 #include <stdlib.h>
 
 #include "dcp.h"
-
-/* Sequences whose sizes the threshold bound looks at, longest first; the
- * rest count at their cheapest pool work. */
-#define DCP_BOUND_TOP 16u
+#include "knobs.h"
 
 static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t *tokens,
                   double *work);
@@ -41,7 +38,8 @@ static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint6
 static double dcp_threshold_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots,
                                   double work) {
   uint32_t top = PK_MIN(it->n, DCP_BOUND_TOP);
-  uint32_t ns = cfg->sizes == PK_DCP_SIZES_ANY ? PK_MIN(cfg->nsize, 64u) : cfg->nsize;
+  uint32_t ns =
+      cfg->sizes == PK_DCP_SIZES_ANY ? PK_MIN(cfg->nsize, DCP_BOUND_ANY_SIZES) : cfg->nsize;
   uint32_t *idx = malloc((size_t)top * sizeof *idx);
   double *cheap = malloc((size_t)top * sizeof *cheap);
   double *cand = malloc((size_t)top * ns * sizeof *cand);

@@ -10,15 +10,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "knobs.h"
 #include "state.h"
-
-#define DCP_LEVEL_EPS 1e-9
-#define DCP_LEVEL_PASSES 16u
-/* Candidate (sequence, group) pairs looked at per plan: DCP_LEVEL_PER_SEQ
- * per sequence, at most DCP_LEVEL_BUDGET (about 3 ms at 64 GPUs and 4096
- * sequences, 10 ms in all). */
-#define DCP_LEVEL_PER_SEQ 16u
-#define DCP_LEVEL_BUDGET 4000000u
 
 typedef struct lv {
   dcp_state_t *s;
@@ -197,7 +190,7 @@ int dcp_level(dcp_state_t *s) {
     for (uint32_t j = 0; j < s->m; j++) {
       while (v.work <= v.budget && improve(&v, j)) {
         any = true;
-        if (++v.tick % 64 == 0 && pk_limits_stopped(s->limits)) {
+        if (++v.tick % DCP_POLL_LEVEL == 0 && pk_limits_stopped(s->limits)) {
           rc = PK_ECANCELED;
           goto done;
         }

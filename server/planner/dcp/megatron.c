@@ -32,9 +32,7 @@
 #include <string.h>
 
 #include "dcp.h"
-
-#define MEG_SLACK 0.05
-#define MEG_BUCKET_OVER 1.1
+#include "knobs.h"
 
 typedef struct meg {
   const dcp_cfg_t *cfg;
@@ -126,7 +124,7 @@ static uint32_t buckets(const meg_t *g, const uint32_t *rem, uint32_t nrem, uint
     bool cur = x > bstart[nb];
     /* Signed: the original's count of buckets still owed goes negative
      * once the work rule has closed more buckets than sizes. */
-    if (cur && (cur_work + w > target * MEG_BUCKET_OVER ||
+    if (cur && (cur_work + w > target * DCP_MEG_BUCKET_OVER ||
                 (int64_t)nrem - x <= (int64_t)remaining_k - nb)) {
       bstart[++nb] = x;
       cur_work = 0;
@@ -181,7 +179,7 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
     /* A slot of a large pool places many sequences, each scanning the
      * pool's groups: the caller's stop is polled as in the planner's other
      * long loops. */
-    if (++g->tick % 256 == 0 && pk_limits_stopped(g->limits))
+    if (++g->tick % DCP_POLL_MEGATRON == 0 && pk_limits_stopped(g->limits))
       return PK_ECANCELED;
     uint32_t pick = UINT32_MAX, pb = 0;
     for (uint32_t b = lead; b < nb && pick == UINT32_MAX; b++) {
@@ -229,7 +227,7 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
     double mx, mn;
     uint32_t am = 0;
     spread(g, &mx, &mn, &am);
-    if (check && lead < nb && mx - mn <= MEG_SLACK * mx)
+    if (check && lead < nb && mx - mn <= DCP_MEG_SLACK * mx)
       break;
   }
   uint32_t nleft = 0;
@@ -241,7 +239,7 @@ static int one_slot(meg_t *g, uint32_t *rem, uint32_t *nrem, uint32_t *bstart, u
     double mx, mn;
     uint32_t am = 0;
     spread(g, &mx, &mn, &am);
-    if (mx - mn <= MEG_SLACK * mx || mn == 0)
+    if (mx - mn <= DCP_MEG_SLACK * mx || mn == 0)
       break;
     uint32_t q = g->gpu_gid[am];
     if (g->gcount[q] <= 1)

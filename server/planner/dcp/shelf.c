@@ -11,6 +11,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "knobs.h"
 #include "state.h"
 
 int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order) {
@@ -24,7 +25,7 @@ int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order) {
   uint32_t slot = UINT32_MAX, nopen = 0, used = 0;
   double height = 0;
   for (uint32_t x = 0; x < n; x++) {
-    if ((x + 1) % 4096 == 0 && pk_limits_stopped(s->limits)) {
+    if ((x + 1) % DCP_POLL_ITEMS == 0 && pk_limits_stopped(s->limits)) {
       free(open);
       return PK_ECANCELED;
     }

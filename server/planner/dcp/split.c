@@ -9,6 +9,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "knobs.h"
 #include "state.h"
 
 /* Deals q's members mem[0 .. cnt) (costliest first at size index kh) into
@@ -92,7 +93,7 @@ int dcp_split(dcp_state_t *s) {
   dcp_state_step(s); /* smax per slot. */
   /* New groups are appended and visited too: halves split again. */
   for (uint32_t q = 0; q < s->ng; q++) {
-    if ((q + 1) % 4096 == 0 && pk_limits_stopped(s->limits)) {
+    if ((q + 1) % DCP_POLL_ITEMS == 0 && pk_limits_stopped(s->limits)) {
       rc = PK_ECANCELED;
       goto done;
     }
