@@ -1,11 +1,14 @@
 /* Internal interfaces of the dynamic context-parallel planner (pk_dcp.h).
  *
  * Pipeline (plan.c): validate (validate.c: the effective configuration and
- * the table of allowed group sizes) -> per sequence, its aligned length and
- * cost in every allowed size (cost.c) -> the bounds (cost.c) -> an
- * assignment of sequences to groups and of groups to slots (AUTO: auto.c,
- * slots.c, level.c; Megatron-Core's scheduler: megatron.c) -> the plan
- * (build.c). */
+ * the table of allowed group sizes) -> per sequence, the smallest size it
+ * fits alone (validate.c; costs at any size on demand) -> an assignment of
+ * sequences to groups and of groups to slots -> the plan and its bounds
+ * (plan.c, cost.c). AUTO (auto.c) keeps the cheapest of its candidates:
+ * packd's fixed-CP AUTO at one size, shelf plans (shelf.c), class plans
+ * (auto.c, slots.c) and Megatron-Core's scheduler (megatron.c), each with
+ * idle GPUs given work (slots.c) and groups split into halves (split.c);
+ * the winner is levelled (level.c). Tunables: knobs.h. */
 #ifndef PK_DCP_INTERNAL_H
 #define PK_DCP_INTERNAL_H
 

@@ -1,7 +1,7 @@
-/* The working state of the dynamic-CP AUTO planner at one slot count:
- * groups with their running totals and member lists, and their slots.
- * auto.c builds it, slots.c places the groups and fills idle GPUs,
- * level.c moves sequences between groups. Invariants between stages:
+/* The working state of one dynamic-CP AUTO candidate: groups with their
+ * running totals and member lists, and their slots. auto.c and shelf.c
+ * build it, slots.c places the groups and fills idle GPUs, split.c halves
+ * groups, level.c moves sequences between groups. Invariants between stages:
  * every sequence is in exactly one group; a group's count, sum (aligned
  * tokens at its size) and load (per-GPU cost, group terms included) match
  * its members; every group is within the cap and max_seqs; every member's
