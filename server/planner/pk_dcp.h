@@ -141,7 +141,8 @@ typedef struct pk_dcp_plan {
  * *out, or a negative pk_error code with a message naming the field and
  * value: PK_EINVAL for a bad field, PK_EPRECOND naming the index of a
  * sequence that fits in no allowed group, PK_ELIMIT over limits->
- * max_sequences, PK_ENOMEM, PK_ECANCELED. Like pk_plan_limited it reads
+ * max_sequences or when the plan would have more than 2^26 (slot, GPU)
+ * pairs, PK_ENOMEM, PK_ECANCELED. Like pk_plan_limited it reads
  * neither limits->max_plan_bytes (the codec checks the answer's size) nor
  * limits->admit. */
 PK_EXPORT int pk_dcp_plan(const pk_dcp_request_t *req, const pk_limits_t *limits,

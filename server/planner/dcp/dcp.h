@@ -23,6 +23,10 @@
 #define DCP_MAX_POOL 65536u
 #define DCP_MAX_TP 1024u
 #define DCP_MAX_TOKENS (1ull << 40)
+/* The most (slot, GPU) pairs a plan may have: its gpu_group array and the
+ * answer (an entry per GPU and slot) grow with them; 2^26 are 256 MiB of
+ * the array alone. A plan past it is refused (PK_ELIMIT) instead of built. */
+#define DCP_MAX_GPU_SLOTS (1ull << 26)
 
 /* The effective, validated configuration. */
 typedef struct dcp_cfg {

@@ -93,6 +93,12 @@ int dcp_build(const pk_dcp_request_t *req, const dcp_cfg_t *cfg, const dcp_items
               const dcp_assign_t *a, pk_dcp_plan_t **out, char *err, size_t errlen) {
   (void)req;
   uint32_t n = it->n, ng = a->ngroups, pool = cfg->pool;
+  if ((uint64_t)a->slots * pool > DCP_MAX_GPU_SLOTS)
+    return pk_fail(err, errlen, PK_ELIMIT,
+                   "parallel.dp x parallel.cp: the plan needs %u slots x %u GPUs = %llu GPU-slots, "
+                   "over the limit of %llu",
+                   a->slots, pool, (unsigned long long)a->slots * pool,
+                   (unsigned long long)DCP_MAX_GPU_SLOTS);
   pk_dcp_plan_t *plan = calloc(1, sizeof *plan);
   dcp_storage_t *st = calloc(1, sizeof *st);
   uint32_t *order = pk_malloc_array(ng, sizeof *order);

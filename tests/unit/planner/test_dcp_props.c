@@ -224,6 +224,22 @@ static void test_stop(void **state) {
   }
 }
 
+/* A plan of more (slot, GPU) pairs than the planner builds is refused
+ * naming the figures: 1,100 sequences that each need the whole pool of
+ * 65,536 GPUs. */
+static void test_gpu_slots_limit(void **state) {
+  (void)state;
+  static uint32_t lengths[1100];
+  for (uint32_t i = 0; i < 1100; i++)
+    lengths[i] = 100000; /* Over 32,768 GPUs x 2 tokens: the whole pool each. */
+  pk_dcp_request_t req = {.lengths = lengths, .n = 1100, .dp = 65536, .max_tokens = 2};
+  pk_dcp_plan_t *plan = NULL;
+  char err[256];
+  assert_int_equal(pk_dcp_plan(&req, NULL, &plan, err, sizeof err), PK_ELIMIT);
+  assert_null(plan);
+  assert_non_null(strstr(err, "1100 slots x 65536 GPUs"));
+}
+
 #define PK_TEST_MIN(a, b) ((a) < (b) ? (a) : (b))
 
 /* A stop at a poll of a plan (every one on a small batch) returns
@@ -282,6 +298,7 @@ int main(void) {
       cmocka_unit_test(test_sequence_fits_nowhere),
       cmocka_unit_test(test_stop),
       cmocka_unit_test(test_stop_at_every_poll),
+      cmocka_unit_test(test_gpu_slots_limit),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
