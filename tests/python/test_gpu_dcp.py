@@ -211,3 +211,50 @@ def test_cuda_group_shards_and_mask_equal_host_in_a_graph(c, layout):
         assert torch.equal(masks[r].cpu(), want)
     lay.close()
     gpu.check(torch.device("cuda"))
+
+
+def test_exchange_over_torch_distributed_one_process(tmp_path):
+    """route + exchange through TorchTransport on a 1-process gloo group:
+    every move is a self copy; the result is the target assignment."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
+    try:
+        tr = gpu.TorchTransport()
+        rows = [2, 0, 3, 1]
+        src = torch.arange(6 * 5, dtype=torch.float64).reshape(6, 5)
+        items = gpu.route_items(rows, [[0, 1, 2, 3]], [[3, 2, 0, 1]])
+        with pytest.raises(gpu.GpuInvalidArgument, match="sequence 1: no destination"):
+            gpu.route_items(rows, [[0, 1, 2, 3]], [[3, 2, 0]])  # even with 0 rows, never dropped
+        dst = torch.full((6, 5), -1.0, dtype=torch.float64)
+        stats = gpu.exchange(items, src, dst, tr)
+        assert torch.equal(dst, torch.cat([src[5:6], src[2:5], src[0:2]]))
+        assert stats["sends"] == 0 and stats["copies"] >= 1
+        with pytest.raises(ValueError, match="dst: 2 rows, the items write more"):
+            gpu.exchange(items, src, torch.zeros(2, 5, dtype=torch.float64), tr)
+        with pytest.raises(ValueError, match="rows of 32 bytes, src rows of 40"):
+            gpu.exchange(items, src, torch.zeros(6, 4, dtype=torch.float64), tr)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_nccl_unavailable_is_named():
+    if gpu.build_flags()["nccl"]:
+        pytest.skip("this libpackd_gpu has NCCL")
+    with pytest.raises(gpu.GpuUnavailable, match="NCCL"):
+        gpu.nccl_unique_id()
+
+
+needs_nccl = pytest.mark.skipif(not (CUDA and gpu.build_flags()["nccl"]), reason="no CUDA device or no NCCL")
+
+
+@needs_nccl
+def test_cuda_route_over_one_rank_nccl():
+    tr = gpu.NcclTransport(1, gpu.nccl_unique_id(), 0, device=0)
+    src = torch.randn(6, 33, device="cuda", dtype=torch.bfloat16)
+    items = gpu.route_items([2, 1, 3], [[0, 1, 2]], [[2, 0, 1]])
+    dst = torch.zeros(6, 33, device="cuda", dtype=torch.bfloat16)
+    gpu.exchange(items, src, dst, tr)
+    torch.cuda.synchronize()
+    assert torch.equal(dst, torch.cat([src[3:6], src[0:2], src[2:3]]))
+    tr.close()

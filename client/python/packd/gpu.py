@@ -40,10 +40,12 @@ __all__ = [
     "dcp_group",
     "dcp_padding_mask",
     "exchange",
+    "nccl_unique_id",
     "route_items",
     "xitems_from_assignments",
     "GpuInvalidArgument",
     "GpuUnavailable",
+    "NcclTransport",
     "IGNORE_INDEX",
     "Layout",
     "available",
@@ -174,6 +176,11 @@ def _load():
             "pk_gpu_xitems_route": ([i32, i32, vp, vp, vp, vp, vp, vp], ctypes.c_int),
             "pk_gpu_xitems_from_assignments": ([i32, i32, vp, vp, vp, vp, vp, vp], ctypes.c_int),
             "pk_gpu_exchange": ([vp, vp, i64, i64, vp, vp, vp], ctypes.c_int),
+            "pk_gpu_nccl_unique_id": ([vp], ctypes.c_int),
+            "pk_gpu_nccl_comm_init": ([i32, vp, i32, ctypes.c_int, ctypes.POINTER(vp)], ctypes.c_int),
+            "pk_gpu_nccl_comm_destroy": ([vp], None),
+            "pk_gpu_nccl_transport_create": ([vp, vp, ctypes.POINTER(vp)], ctypes.c_int),
+            "pk_gpu_nccl_transport_destroy": ([vp], None),
         }
         for name, (args, res) in sigs.items():
             fn = getattr(lib, name)
@@ -731,12 +738,14 @@ def cp_index_map(cu_seqlens_padded, *, cp, cp_rank, cp_algo="zigzag"):
 
 # Dynamic context parallelism (per-group layouts, padding mask, routing).
 from .gpu_dcp import (  # noqa: E402
+    NcclTransport,
     TorchTransport,
     dcp_align,
     dcp_cu,
     dcp_group,
     dcp_padding_mask,
     exchange,
+    nccl_unique_id,
     route_items,
     xitems_from_assignments,
 )

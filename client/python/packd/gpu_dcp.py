@@ -11,8 +11,9 @@ verl's ``_dcp_padding_mask``. This module adds the group's slot alignment
 and ``cu_seqlens`` (``dcp_cu``), the mask from lengths alone
 (``dcp_padding_mask``), the group of a GPU (``dcp_group``), and the routing
 of samples to every GPU of their group when the batch starts elsewhere
-(``route_items`` + ``exchange`` over a transport: ``TorchTransport`` for CPU
-tensors over torch.distributed, e.g. gloo).
+(``route_items`` + ``exchange`` over a transport: ``NcclTransport`` for CUDA
+tensors, ``TorchTransport`` for CPU tensors over torch.distributed, e.g.
+gloo).
 """
 
 from __future__ import annotations
@@ -273,14 +274,82 @@ class TorchTransport:
         return self._guard(run)
 
 
-def exchange(items, src, dst, transport: TorchTransport) -> dict:
+def nccl_unique_id() -> bytes:
+    """ncclGetUniqueId: the bytes rank 0 makes and every rank passes to
+    NcclTransport (send them with torch.distributed.broadcast_object_list
+    or any channel of the trainer's own)."""
+    buf = ctypes.create_string_buffer(128)
+    _gpu._ok(_gpu._load().pk_gpu_nccl_unique_id(buf))
+    return buf.raw
+
+
+class NcclTransport:
+    """The agent's NCCL transport for CUDA tensors: a communicator of
+    ``nranks`` made from ``unique_id`` (``nccl_unique_id()`` on one rank),
+    this process being ``rank`` on CUDA ``device``, running on ``stream``
+    (a torch.cuda.Stream or a raw cudaStream_t; None: the current torch
+    stream). Raises GpuUnavailable when the library has no NCCL."""
+
+    def __init__(self, nranks: int, unique_id: bytes, rank: int, *, device: int = 0, stream=None):
+        if not isinstance(unique_id, (bytes, bytearray)) or len(unique_id) != 128:
+            raise ValueError("unique_id: expected the 128 bytes of nccl_unique_id()")
+        lib = _gpu._load()
+        self._lib = lib
+        self.rank, self.size, self.device = int(rank), int(nranks), int(device)
+        if stream is None:
+            import torch
+
+            stream = torch.cuda.current_stream(self.device)
+        self.stream = stream
+        raw = getattr(stream, "cuda_stream", stream)
+        self._comm = ctypes.c_void_p()
+        self._tp = ctypes.c_void_p()
+        uid = ctypes.create_string_buffer(bytes(unique_id), 128)
+        _gpu._ok(lib.pk_gpu_nccl_comm_init(self.size, uid, self.rank, self.device, ctypes.byref(self._comm)))
+        rc = lib.pk_gpu_nccl_transport_create(self._comm, ctypes.c_void_p(raw or None), ctypes.byref(self._tp))
+        if rc != 0:
+            lib.pk_gpu_nccl_comm_destroy(self._comm)
+            self._comm = ctypes.c_void_p()
+            _gpu._ok(rc)
+        self.error = None
+
+    @property
+    def pointer(self):
+        return self._tp
+
+    def close(self):
+        if getattr(self, "_tp", None):
+            self._lib.pk_gpu_nccl_transport_destroy(self._tp)
+            self._tp = None
+        if getattr(self, "_comm", None):
+            self._lib.pk_gpu_nccl_comm_destroy(self._comm)
+            self._comm = None
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def exchange(items, src, dst, transport) -> dict:
     """Runs this rank's part of an exchange (every rank calls it with the
-    same items): src and dst are contiguous host tensors or arrays whose
-    first dimension is rows (the same row size); returns the counts posted."""
+    same items): src and dst are contiguous arrays or tensors whose first
+    dimension is rows (the same row size): host memory with TorchTransport,
+    CUDA tensors on the transport's device with NcclTransport (the moves are
+    queued on its stream, no host synchronisation). Returns the counts
+    posted."""
     it = np.ascontiguousarray(items, dtype=XITEM_DTYPE)
     s, d = _gpu._Arr(src, "src"), _gpu._Arr(dst, "dst", writable=True)
-    if s.dev is not None or d.dev is not None:
-        raise ValueError("src/dst: TorchTransport moves host memory; use the NCCL transport for CUDA tensors")
+    if isinstance(transport, NcclTransport):
+        if s.dev != transport.device or d.dev != transport.device:
+            raise ValueError(f"src/dst: on devices {s.dev} and {d.dev}; NcclTransport needs CUDA tensors on "
+                             f"device {transport.device}")
+        tp_ptr = transport.pointer
+    else:
+        if s.dev is not None or d.dev is not None:
+            raise ValueError("src/dst: TorchTransport moves host memory; use NcclTransport for CUDA tensors")
+        tp_ptr = ctypes.byref(transport.struct)
     if not s.shape or not d.shape:
         raise ValueError("src/dst: expected at least one dimension (rows)")
     rb = int(np.prod(s.shape[1:], dtype=np.int64)) * s.itemsize
@@ -293,8 +362,8 @@ def exchange(items, src, dst, transport: TorchTransport) -> dict:
             raise ValueError(f"dst: {d.shape[0]} rows, the items write more")
     stats = _XStats()
     transport.error = None
-    rc = _gpu._load().pk_gpu_exchange(ctypes.byref(transport.struct), it.ctypes.data if it.size else None,
-                                      it.size, max(rb, 1), s.ptr, d.ptr, ctypes.byref(stats))
+    rc = _gpu._load().pk_gpu_exchange(tp_ptr, it.ctypes.data if it.size else None, it.size, max(rb, 1), s.ptr,
+                                      d.ptr, ctypes.byref(stats))
     if transport.error is not None:
         raise transport.error
     _gpu._ok(rc)
