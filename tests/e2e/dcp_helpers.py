@@ -134,7 +134,7 @@ def dcp_step(rank: int, world: int, job: dict) -> dict:
     leaders = [None] * world
     dist.all_gather_object(leaders, [dst[rank][r] for r in leader_rows])
     items = gpu.xitems_from_assignments(np.ones(n, dtype=np.int64), leaders, [list(range(n))] + [[]] * (world - 1))
-    send = out[np.asarray(leader_rows, dtype=np.int64)].reshape(len(leader_rows), -1).contiguous()
+    send = out[np.asarray(leader_rows, dtype=np.int64)].reshape(len(leader_rows), s * (vocab + 1)).contiguous()
     back = torch.zeros((n if rank == 0 else 0, s * (vocab + 1)), dtype=torch.float64)
     gpu.exchange(items, send, back, tr)
     back = back.reshape(-1, s, vocab + 1)
