@@ -233,8 +233,8 @@ PK_GPU_API int pk_gpu_dcp_align(int32_t group_size, int32_t tp, int32_t cp_algo,
 /* cu_real / cu_pad (n+1 entries) of a group's stream: every length rounded
  * up to pk_gpu_dcp_align; when min_local_rows > 0 and the stream is shorter
  * than group_size * min_local_rows, the last slot grows to that total
- * (verl's min_local_rows). A zigzag layout then needs the grown slot to stay
- * a multiple of 2*c, which pk_gpu_layout_create checks. */
+ * (verl's min_local_rows). Zigzag groups of c > 1 need an even
+ * min_local_rows, so that the grown slot stays a multiple of 2*c. */
 PK_GPU_API int pk_gpu_dcp_cu(int32_t n, const int32_t *lengths, int32_t group_size, int32_t tp,
                              int32_t cp_algo, int32_t min_local_rows, int32_t *cu_real,
                              int32_t *cu_pad);

@@ -13,9 +13,10 @@
 int pk_gpu_dcp_align(int32_t group_size, int32_t tp, int32_t cp_algo, int32_t *align) {
   int rc = 0;
   PK_GPU_REQUIRE(align != NULL, PK_GPU_EINVAL, "align = NULL: a place for the result is required");
-  PK_GPU_REQUIRE(group_size >= 1 && group_size <= 1024, PK_GPU_EINVAL,
-                 "group_size = %d: expected 1..1024", (int)group_size);
-  PK_GPU_REQUIRE(tp >= 1 && tp <= 1024, PK_GPU_EINVAL, "tp = %d: expected 1..1024", (int)tp);
+  PK_GPU_REQUIRE(group_size >= 1 && group_size <= PK_GPU_MAX_CP, PK_GPU_EINVAL,
+                 "group_size = %d: expected 1..%d", (int)group_size, PK_GPU_MAX_CP);
+  PK_GPU_REQUIRE(tp >= 1 && tp <= PK_GPU_MAX_CP, PK_GPU_EINVAL, "tp = %d: expected 1..%d", (int)tp,
+                 PK_GPU_MAX_CP);
   PK_GPU_REQUIRE(cp_algo == PK_GPU_CP_ZIGZAG || cp_algo == PK_GPU_CP_ULYSSES, PK_GPU_EINVAL,
                  "cp_algo = %d: expected 0 (zigzag) or 1 (contiguous)", (int)cp_algo);
   /* Zigzag cuts every slot into 2c chunks; a group of one GPU cuts nothing,
@@ -43,6 +44,13 @@ int pk_gpu_dcp_cu(int32_t n, const int32_t *lengths, int32_t group_size, int32_t
     PK_GPU_REQUIRE(want <= INT32_MAX, PK_GPU_EINVAL,
                    "min_local_rows = %d: %lld rows overflow int32 cu_seqlens", (int)min_local_rows,
                    (long long)want);
+    /* cu_pad[n-1] is a multiple of 2c, so the grown slot is one exactly
+     * when c * min_local_rows is, i.e. min_local_rows is even. */
+    PK_GPU_REQUIRE(cp_algo != PK_GPU_CP_ZIGZAG || group_size == 1 || min_local_rows % 2 == 0,
+                   PK_GPU_EINVAL,
+                   "min_local_rows = %d: zigzag groups of %d need an even value (the grown last "
+                   "slot must stay a multiple of 2*c = %d)",
+                   (int)min_local_rows, (int)group_size, 2 * (int)group_size);
     cu_pad[n] = (int32_t)want;
   }
 out:

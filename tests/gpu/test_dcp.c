@@ -222,6 +222,11 @@ static void test_bad_arguments(void **state) {
   assert_non_null(strstr(pk_gpu_last_error(), "min_local_rows = -1"));
   assert_int_equal(pk_gpu_dcp_cu(0, len, 2, 1, PK_GPU_CP_ZIGZAG, 3, cu_real, cu), PK_GPU_EINVAL);
   assert_non_null(strstr(pk_gpu_last_error(), "no sequences"));
+  assert_int_equal(pk_gpu_dcp_cu(2, len, 2, 1, PK_GPU_CP_ZIGZAG, 5, cu_real, cu), PK_GPU_EINVAL);
+  assert_non_null(
+      strstr(pk_gpu_last_error(), "min_local_rows = 5: zigzag groups of 2 need an even"));
+  assert_int_equal(pk_gpu_dcp_cu(2, len, 2, 1, PK_GPU_CP_ULYSSES, 5, cu_real, cu), 0);
+  assert_int_equal(cu[2], 10); /* Contiguous: any value; 2 GPUs x 5 rows. */
   /* A length longer than its slot, and a rank outside the group. */
   const int32_t cu_ok[3] = {0, 4, 8}, long_len[2] = {5, 1};
   uint8_t m[8];
