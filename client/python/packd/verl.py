@@ -293,7 +293,7 @@ def balance_batch(
     return idx
 
 
-def _group_lengths(lengths: np.ndarray, size: int, cap: int) -> np.ndarray:
+def _group_lengths(lengths: np.ndarray, size: int) -> np.ndarray:
     """Token sums of the runs of ``size`` consecutive samples that verl's
     ``force_group_size`` keeps in one micro-batch."""
     n = int(lengths.size)
@@ -301,15 +301,15 @@ def _group_lengths(lengths: np.ndarray, size: int, cap: int) -> np.ndarray:
         raise TrainerInvalidArgument(f"force_group_size: must be >= 1, got {size}")
     if n % size:
         raise TrainerFailedPrecondition(f"force_group_size: the batch size {n} is not a multiple of {size}")
-    sums = lengths.reshape(-1, size).sum(axis=1) if n else lengths
-    over = np.flatnonzero(sums > cap)
-    if over.size:
-        j = int(over[0])
-        raise TrainerFailedPrecondition(
-            f"force_group_size: group {j} (samples {j * size} to {j * size + size - 1}) holds {int(sums[j])} "
-            f"tokens, over max_token_len={cap}; a forced group cannot be split"
-        )
-    return sums
+    return lengths.reshape(-1, size).sum(axis=1) if n else lengths
+
+
+def _verl_order(parts: list, weight: np.ndarray, heavy_middle_order: bool) -> list:
+    """verl's order of micro-batches: by workload, heaviest first (ties by
+    first index); with ``heavy_middle_order`` the light ones at both ends."""
+    key = [(float(weight[np.asarray(p, dtype=np.int64)].sum()), p[0] if p else 0) for p in parts]
+    ranked = [parts[i] for i in sorted(range(len(parts)), key=lambda i: key[i], reverse=True)]
+    return ranked[::2][::-1] + ranked[1::2] if heavy_middle_order else ranked
 
 
 def rearrange_micro_batches(
@@ -336,9 +336,11 @@ def rearrange_micro_batches(
     row, such as scalars or strings, are copied into every micro-batch); a
     DataProto; a mask [B, S] or lengths [B].
     force_group_size: every run of that many consecutive samples (a reward
-    model's chosen and rejected answers) stays in one micro-batch, the cap
-    counting the run's tokens together; the batch size must be a multiple
-    of it, and the count is at most the number of runs.
+    model's answers to one prompt) stays in one micro-batch; the batch size
+    must be a multiple of it, and the count is at most the number of runs.
+    A run over the cap cannot be split: like verl, it is kept whole, in a
+    micro-batch of its own (the only micro-batches over the cap); the other
+    runs keep the cap.
     Returns ``(micro_batches, micro_bsz_idx)``: the micro-batches in the
     batch's own kind and on its device, and their index lists. The count is
     the least that fits, at least ``min_num_micro_batch``, a multiple of
@@ -348,40 +350,57 @@ def rearrange_micro_batches(
     ``use_dynamic_bsz_balance``: light micro-batches at both ends and heavy
     ones in the middle (verl's order), else heaviest first.
     TrainerFailedPrecondition (an AssertionError and a ValueError, as verl
-    raises) where the batch does not divide into forced groups, a group is
-    over the cap, or the count asked for exceeds the groups."""
+    raises) where the batch does not divide into forced groups or the count
+    asked for exceeds the groups."""
     lengths = lengths_of(batch)
     cap = int(max_token_len)
     size = int(force_group_size or 1)
-    items = _group_lengths(lengths, size, cap) if size != 1 else lengths
+    items = _group_lengths(lengths, size) if size != 1 else lengths
+    # Forced groups over the cap (never single sequences: those fail in the
+    # planner, naming the sequence) each take a micro-batch of their own.
+    whole = np.flatnonzero(items > cap) if size != 1 else np.zeros(0, np.int64)
+    rest = np.setdiff1d(np.arange(items.size), whole)
     client = client or default_client()
+    step = int(num_batches_divided_by or 0)
     order = "heavy_middle" if use_dynamic_bsz_balance else "cost_desc"
     kw = dict(dp=1, max_tokens=cap, micro_algo=micro_algo, order=order,
-              min_micro_batches=int(min_num_micro_batch or 0),
-              microbatch_group=int(num_batches_divided_by or 0), **plan_kwargs)
+              microbatch_group=step if whole.size == 0 else 0, **plan_kwargs)
 
     def planned(least):
+        """The groups' micro-batches (group index lists), at least ``least``
+        of them and a multiple of ``step``."""
         if least > items.size:
             unit = "forced groups" if size != 1 else "sequences"
             raise TrainerFailedPrecondition(
                 f"min_num_micro_batch: {least} non-empty micro-batches asked for (the largest count over the DP "
                 f"group, a multiple of num_batches_divided_by), but this rank has {items.size} {unit}"
             )
-        kw["min_micro_batches"] = least
-        return trainer_plan(client, items, **kw)
+        if whole.size == 0:
+            plan = trainer_plan(client, items, min_micro_batches=least, **kw)
+            return [m.seqs.tolist() for m in plan[0].micro_batches]
+        parts = [[int(g)] for g in whole]
+        want = max(least - whole.size, 1 if rest.size else 0)
+        while rest.size:
+            plan = trainer_plan(client, items[rest], min_micro_batches=want, **kw)
+            total = whole.size + len(plan[0])
+            more = len(plan[0]) + (step - total % step if step > 1 and total % step else 0)
+            if more == len(plan[0]) or more > rest.size:
+                parts += [rest[m.seqs].tolist() for m in plan[0].micro_batches]
+                break
+            want = more
+        group_work = workload(lengths).reshape(-1, size).sum(axis=1)
+        return _verl_order(parts, group_work, use_dynamic_bsz_balance)
 
-    plan = planned(int(min_num_micro_batch or 0))
-    count = len(plan[0])
+    parts = planned(int(min_num_micro_batch or 0))
     if same_micro_num_in_dp and dp_group is not None:
-        target = dp_max(count, dp_group, device_of(batch))
-        if target > count:
-            plan = planned(target)
-    micro_bsz_idx = [m.seqs.tolist() for m in plan[0].micro_batches]
+        target = dp_max(len(parts), dp_group, device_of(batch))
+        if target > len(parts):
+            parts = planned(target)
     if size != 1:
-        micro_bsz_idx = [[g * size + j for g in groups for j in range(size)] for groups in micro_bsz_idx]
+        parts = [[g * size + j for g in groups for j in range(size)] for groups in parts]
     inner = batch.batch if hasattr(batch, "batch") and hasattr(batch, "non_tensor_batch") else batch
-    micro_batches = [select_rows(inner, np.asarray(i, dtype=np.int64), rows=lengths.size) for i in micro_bsz_idx]
-    return micro_batches, micro_bsz_idx
+    micro_batches = [select_rows(inner, np.asarray(i, dtype=np.int64), rows=lengths.size) for i in parts]
+    return micro_batches, parts
 
 
 def prepare_dynamic_batch(
