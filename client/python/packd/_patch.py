@@ -25,7 +25,9 @@ import threading
 __all__ = ["PatchHandle", "Wrap", "apply"]
 
 _log = logging.getLogger("packd")
-_lock = threading.Lock()
+# Reentrant: importing a trainer's module inside apply() may run an import
+# hook that applies the same patch (tests/peers' start-up hook does).
+_lock = threading.RLock()
 _active: dict = {}
 
 
@@ -109,6 +111,8 @@ def apply(name: str, targets: dict) -> PatchHandle:
                     found.setdefault(mod_name, (mod, {}))[1][attr] = new
                 else:
                     skipped.append(f"{mod_name}.{attr}")
+        if name in _active:  # Applied while the modules were imported.
+            return _active[name]
         if not found:
             if len(import_errors) == len(targets):
                 raise ImportError(f"packd.{name}.patch(): cannot import {'; '.join(import_errors)}")
