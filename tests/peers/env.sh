@@ -3,7 +3,9 @@
 # and prints its path on stdout (progress goes to stderr).
 #
 # Every tests/peers/requirements-*.txt is installed into one venv outside the
-# repository: ${PACKD_PEER_ENV:-$HOME/.cache/packd-peers/<key>}, where <key>
+# repository, and every pin of a versions-*.txt (older releases a test
+# loads one at a time) into <venv>/versions/<name>-<version>, without
+# dependencies: ${PACKD_PEER_ENV:-$HOME/.cache/packd-peers/<key>}, where <key>
 # hashes the Python version and the requirement files, so a venv is reused
 # while the pins are unchanged and made afresh when one changes. A line
 # marked "# --no-deps" is installed without its dependencies (a peer whose
@@ -19,11 +21,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=${PACKD_PEER_PYTHON:-python3}
 shopt -s nullglob
 reqs=("$here"/requirements-*.txt)
+versions=("$here"/versions-*.txt)
 if [ ${#reqs[@]} -eq 0 ]; then
   echo "env.sh: no requirements-*.txt in $here" >&2
   exit 1
 fi
-key=$({ "$py" -c 'import sys; print(sys.version)'; cat "${reqs[@]}"; } | sha256sum | cut -c1-16)
+key=$({ "$py" -c 'import sys; print(sys.version)'; cat "${reqs[@]}" "${versions[@]}"; } | sha256sum | cut -c1-16)
 dir=${PACKD_PEER_ENV:-${XDG_CACHE_HOME:-$HOME/.cache}/packd-peers/$key}
 mkdir -p "$(dirname "$dir")"
 # One maker at a time: a second caller waits, then finds the venv complete.
@@ -46,6 +49,9 @@ start=$(date +%s)
 if [ -s "$tmp/nodeps.txt" ]; then
   "${pip[@]}" install -q --no-deps -r "$tmp/nodeps.txt" >&2
 fi
+for pin in $(cat "${versions[@]}" /dev/null | sed 's/#.*//'); do
+  "${pip[@]}" install -q --no-deps --target "$dir/versions/${pin/==/-}" "$pin" >&2
+done
 echo "env.sh: venv made in $(($(date +%s) - start)) s" >&2
 echo "$key" >"$dir/.packd-complete"
 echo "$dir"
