@@ -49,6 +49,10 @@ echo "== packed == padded on a torch model (tests/e2e)"
 if [ -d tests/e2e ]; then
   PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/e2e
 fi
+echo "== the trainers' own packages and tests against packd (tests/peers; the pinned venv of tests/peers/env.sh)"
+# Fails, never skips, when the package registry cannot be reached.
+PACKD_BUILD_DIR="$PWD/build" bash tests/peers/run.sh
+
 echo "== libFuzzer targets, ${PK_FUZZ_SECONDS:-30}s each (PK_FUZZ_SECONDS; 0 skips)"
 if [ "${PK_FUZZ_SECONDS:-30}" != 0 ]; then
   JOBS="$JOBS" scripts/fuzz.sh "${PK_FUZZ_SECONDS:-30}"
