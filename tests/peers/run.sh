@@ -27,7 +27,7 @@ own_tests() {
   for i in $(seq "${PACKD_PEER_RUNS:-1}"); do
     echo "== $peer's own tests in $src, run $i" >&2
     (cd "$src" && PYTHONPATH="$repo/tests/peers/hook:$repo/client/python:$src" PACKD_PEER_PATCH=$peer \
-      "$py" -m pytest -q -p no:cacheprovider -p packd_peer_plugin "$@")
+      "$py" -m pytest -p no:cacheprovider -p packd_peer_plugin "$@")
   done
 }
 
