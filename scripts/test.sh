@@ -6,6 +6,9 @@
 #   build-fuzz/     clang-14 libFuzzer build: every fuzz target runs
 #                   PK_FUZZ_SECONDS (default 30) seconds (scripts/fuzz.sh)
 # GPU tests that need a device skip with a message when there is none.
+# tests/peers runs in a pinned venv outside the repository (tests/peers/env.sh:
+# made once per set of pins, from the package registry, about 13 minutes and
+# a few GB the first time; reused after that).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 JOBS=${JOBS:-$(nproc)}
