@@ -75,7 +75,7 @@ PYEOF
   LIBS+=(-L"$CUDA_HOME/lib64" -L"$CUDA_HOME/lib" -lcudart_static -lrt -ldl -lstdc++)
 fi
 
-for src in error api layout host_backend exchange transport_fake transport_nccl; do
+for src in error api layout host_backend exchange dcp transport_fake transport_nccl; do
   "$CC" "${CFLAGS[@]}" -c "gpu/src/$src.c" -o "$BUILD_DIR/$src.o"
   OBJS+=("$BUILD_DIR/$src.o")
 done

@@ -12,6 +12,9 @@
 # GPU tests that need a device skip with a message when there is none. The
 # CUDA backend is compiled in build/ wherever nvcc is found: the machine's
 # toolkit, or the pinned one scripts/bootstrap.sh installs (scripts/cuda-env.sh).
+# tests/peers runs in a pinned venv outside the repository (tests/peers/env.sh:
+# made once per set of pins, from the package registry, about 13 minutes and
+# a few GB the first time; reused after that).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/cuda-env.sh
@@ -64,6 +67,10 @@ echo "== packed == padded on a torch model (tests/e2e)"
 if [ -d tests/e2e ]; then
   PACKD_BUILD_DIR="$PWD/build" "$PY" -m pytest -q tests/e2e
 fi
+echo "== the trainers' own packages and tests against packd (tests/peers; the pinned venv of tests/peers/env.sh)"
+# Fails, never skips, when the package registry cannot be reached.
+PACKD_BUILD_DIR="$PWD/build" bash tests/peers/run.sh
+
 echo "== libFuzzer targets, ${PK_FUZZ_SECONDS:-30}s each (PK_FUZZ_SECONDS; 0 skips)"
 if [ "${PK_FUZZ_SECONDS:-30}" != 0 ]; then
   JOBS="$JOBS" scripts/fuzz.sh "${PK_FUZZ_SECONDS:-30}"

@@ -215,6 +215,38 @@ PK_GPU_API int pk_gpu_cp_index_map(int32_t n, const int32_t *cu_pad, int32_t cp,
 PK_GPU_API int pk_gpu_cp_real_cu(int32_t n, const int32_t *lengths, const int32_t *cu_pad,
                                  int32_t cp, int32_t cp_algo, int32_t rank, int32_t *out);
 
+/* ---- Dynamic context parallelism ----------------------------------------
+ *
+ * Each packed micro-batch (slot) splits the DP x CP pool into groups; a
+ * group of c GPUs runs its sequences as one packed stream with CP size c.
+ * That stream is an ordinary layout (pk_gpu_layout_desc_t with cp = c and
+ * the group's cu_seqlens_padded), so pack gives a GPU its shard (cp_rank =
+ * its index in the group; c = 1 is the whole stream), unpack restores the
+ * rows of the padded batch (its sample order) and pk_gpu_cp_gather_unpack
+ * gathers a group's shards. cp_algo PK_GPU_CP_ULYSSES is the contiguous
+ * shard [r*T/c, (r+1)*T/c). */
+
+/* The slot alignment of a group of group_size GPUs with tensor parallelism
+ * tp: 2*c*tp for zigzag with c > 1, c*tp otherwise (contiguous, or c = 1),
+ * the rule Megatron-Core and verl use for dynamic-CP micro-batches. */
+PK_GPU_API int pk_gpu_dcp_align(int32_t group_size, int32_t tp, int32_t cp_algo, int32_t *align);
+/* cu_real / cu_pad (n+1 entries) of a group's stream: every length rounded
+ * up to pk_gpu_dcp_align; when min_local_rows > 0 and the stream is shorter
+ * than group_size * min_local_rows, the last slot grows to that total
+ * (verl's min_local_rows). Zigzag groups of c > 1 need an even
+ * min_local_rows, so that the grown slot stays a multiple of 2*c. */
+PK_GPU_API int pk_gpu_dcp_cu(int32_t n, const int32_t *lengths, int32_t group_size, int32_t tp,
+                             int32_t cp_algo, int32_t min_local_rows, int32_t *cu_real,
+                             int32_t *cu_pad);
+/* The padding mask of GPU `rank` of the group (cu_pad[n]/group_size entries,
+ * caller-owned): 1 where the local row is slot padding, 0 where it holds a
+ * real token (verl's _dcp_padding_mask, True = padding). The CUDA backend
+ * writes the same mask with pk_gpu_pack and field PK_GPU_FIELD_VALID
+ * (value_bits 0, fill_bits 1). */
+PK_GPU_API int pk_gpu_dcp_padding_mask(int32_t n, const int32_t *lengths, const int32_t *cu_pad,
+                                       int32_t group_size, int32_t cp_algo, int32_t rank,
+                                       uint8_t *out);
+
 /* ---- Transport between ranks (NCCL, a host fake, or the caller's own) -- */
 
 /* A transport replays NCCL's call sequence. Every function returns 0 or a
@@ -253,6 +285,18 @@ PK_GPU_API int pk_gpu_xitems_from_assignments(int32_t nranks, int32_t nseq, cons
                                               const int32_t *src_off, const int32_t *src_ids,
                                               const int32_t *dst_off, const int32_t *dst_ids,
                                               pk_gpu_xitem_t *items);
+
+/* Items that route every sequence from where it starts to every rank that
+ * needs it (Megatron-Core's reroute to dynamic-CP groups: a sequence goes to
+ * each GPU of its group). src: each sequence exactly once; dst: each
+ * sequence on one or more ranks, at most once per rank. Each rank's buffer
+ * holds its sequences back to back, rows[s] rows each. items: dst_off[nranks]
+ * entries, caller-owned; item p fills destination position p. Run them with
+ * pk_gpu_exchange. */
+PK_GPU_API int pk_gpu_xitems_route(int32_t nranks, int32_t nseq, const int64_t *rows,
+                                   const int32_t *src_off, const int32_t *src_ids,
+                                   const int32_t *dst_off, const int32_t *dst_ids,
+                                   pk_gpu_xitem_t *items);
 
 /* Counts of what one rank posted in an exchange. */
 typedef struct pk_gpu_xstats {

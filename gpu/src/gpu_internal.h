@@ -15,6 +15,11 @@
 extern "C" {
 #endif
 
+/* The largest CP size (and dynamic-CP group or TP size) a layout accepts:
+ * far above any real pool, small enough that every product of sizes in the
+ * index maps stays inside int32. */
+#define PK_GPU_MAX_CP 1024
+
 /* Records a failure message for pk_gpu_last_error() and returns code. */
 int pk_gpu_fail(int code, const char *fmt, ...)
 #if defined(__GNUC__)

@@ -6,8 +6,6 @@
 
 #include "gpu_internal.h"
 
-#define PK_GPU_MAX_CP 1024
-
 /* Checks cu_pad (n+1 entries) for a CP layout; sets *total. */
 static int check_cu(int32_t n, const int32_t *cu_pad, int32_t cp, int32_t algo, int64_t *total) {
   int rc = 0;

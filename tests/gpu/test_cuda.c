@@ -364,6 +364,84 @@ static void test_nccl_one_rank(void) {
   pk_gpu_nccl_comm_destroy(comm);
 }
 
+/* Dynamic-CP groups: for every group size and both shard layouts, each
+ * GPU's shard (two tensors and the padding mask in one launch) on the CUDA
+ * backend equals the host backend's, and the mask equals
+ * pk_gpu_dcp_padding_mask (verl's semantics). */
+static void test_dcp_groups(void) {
+  pkt_rng_t rng = {0xdc9a};
+  for (int t = 0; t < 64; t++) {
+    int32_t c = (int32_t[]){1, 2, 4, 8}[t % 4], algo = (t / 4) % 2, tp = 1 + (t / 8) % 2;
+    int32_t n = (int32_t)pkt_range(&rng, 1, 6), len[6], cu_real[7], cu[7], seqs[6];
+    int32_t b = n, s = 1;
+    for (int32_t i = 0; i < n; i++) {
+      len[i] = (int32_t)pkt_range(&rng, 0, 70);
+      s = len[i] + 1 > s ? len[i] + 1 : s;
+      seqs[i] = n - 1 - i;
+    }
+    OK(pk_gpu_dcp_cu(n, len, c, tp, algo, 0, cu_real, cu));
+    int32_t start[6] = {0}, length[6] = {0};
+    for (int32_t i = 0; i < n; i++) {
+      length[seqs[i]] = len[i];
+      start[seqs[i]] = (int32_t)pkt_range(&rng, 0, s - len[i]);
+    }
+    size_t nx = (size_t)b * (size_t)s;
+    int64_t *x = malloc(sizeof(int64_t) * nx);
+    uint16_t *h = malloc(sizeof(uint16_t) * nx * 5);
+    for (size_t k = 0; k < nx; k++) {
+      x[k] = (int64_t)pkt_next(&rng);
+    }
+    for (size_t k = 0; k < nx * 5; k++) {
+      h[k] = (uint16_t)pkt_next(&rng);
+    }
+    pk_gpu_layout_desc_t d = pkt_desc(b, s, n, seqs, cu, c, algo);
+    pk_gpu_layout_t *hl = NULL, *dl = NULL;
+    OK(pk_gpu_layout_create(hctx, &d, &hl));
+    OK(pk_gpu_layout_create(dctx, &d, &dl));
+    int64_t local = pk_gpu_layout_local_tokens(hl);
+    void *dx = dev_copy(x, sizeof(int64_t) * nx), *dh = dev_copy(h, sizeof(uint16_t) * nx * 5);
+    void *dstart = dev_copy(start, sizeof start), *dlen = dev_copy(length, sizeof length);
+    size_t ob = (size_t)local * (8 + 10 + 1) + 1;
+    unsigned char *hout = malloc(ob), *want = malloc((size_t)local + 1);
+    void *dout = NULL;
+    OK(pk_gpu_mem_alloc(dctx, ob, &dout));
+    for (int32_t r = 0; r < c; r++) {
+      unsigned char *hp[3] = {hout, hout + local * 8, hout + local * 18};
+      unsigned char *dp[3] = {dout, (unsigned char *)dout + local * 8,
+                              (unsigned char *)dout + local * 18};
+      pk_gpu_op_t hops[3] = {pkt_op(PK_GPU_FIELD_COPY, 8, 1, x, hp[0], 0),
+                             pkt_op(PK_GPU_FIELD_COPY, 2, 5, h, hp[1], 0x7fc0),
+                             pkt_op(PK_GPU_FIELD_VALID, 1, 1, NULL, hp[2], 1)};
+      pk_gpu_op_t dops[3] = {pkt_op(PK_GPU_FIELD_COPY, 8, 1, dx, dp[0], 0),
+                             pkt_op(PK_GPU_FIELD_COPY, 2, 5, dh, dp[1], 0x7fc0),
+                             pkt_op(PK_GPU_FIELD_VALID, 1, 1, NULL, dp[2], 1)};
+      hops[2].value_bits = 0;
+      dops[2].value_bits = 0;
+      OK(pk_gpu_pack(hctx, hl, start, length, r, hops, 3));
+      OK(pk_gpu_pack(dctx, dl, dstart, dlen, r, dops, 3));
+      unsigned char *got = download(dout, ob - 1);
+      first_diff(hout, got, ob - 1, "dcp shard", t);
+      OK(pk_gpu_dcp_padding_mask(n, len, cu, c, algo, r, want));
+      EXPECT(local == 0 || memcmp(want, got + local * 18, (size_t)local) == 0,
+             "case %d (c %d, algo %d, rank %d): CUDA padding mask differs from verl's", t, (int)c,
+             (int)algo, (int)r);
+      free(got);
+    }
+    OK(pk_gpu_ctx_check(dctx));
+    pk_gpu_layout_destroy(hl);
+    pk_gpu_layout_destroy(dl);
+    pk_gpu_mem_free(dctx, dx);
+    pk_gpu_mem_free(dctx, dh);
+    pk_gpu_mem_free(dctx, dstart);
+    pk_gpu_mem_free(dctx, dlen);
+    pk_gpu_mem_free(dctx, dout);
+    free(x);
+    free(h);
+    free(hout);
+    free(want);
+  }
+}
+
 int main(void) {
   if (!(pk_gpu_build_flags() & PK_GPU_HAVE_CUDA)) {
     printf("SKIP: libpackd_gpu was built without the CUDA backend (PK_GPU_CUDA=OFF)\n");
@@ -382,6 +460,7 @@ int main(void) {
   test_spans();
   test_bad_span();
   test_wide();
+  test_dcp_groups();
   test_nccl_one_rank();
   pk_gpu_ctx_destroy(dctx);
   pk_gpu_ctx_destroy(hctx);

@@ -313,6 +313,73 @@ static void test_spans(pk_gpu_ctx_t *ctx) {
   }
 }
 
+/* Dynamic-CP groups: the pack kernel's shard of ids and its VALID mask
+ * (value 0 on real tokens, 1 on padding) for group layouts of every size,
+ * tp 1..2, zigzag and contiguous, equal the host backend's shard and verl's
+ * padding mask (pk_gpu_dcp_padding_mask). */
+static void test_dcp_groups(pk_gpu_ctx_t *ctx) {
+  pkt_rng_t rng = {0xdc9e};
+  for (int t = 0; t < 96; t++) {
+    int32_t c = 1 << (t % 4), algo = (t / 4) % 2, tp = 1 + (t / 8) % 2;
+    int32_t n = (int32_t)pkt_range(&rng, 0, 6), len[6], cu_real[7], cu[7], seqs[6];
+    int32_t start[8] = {0}, length[8] = {0}, B = 8, S = 1;
+    for (int32_t i = 0; i < n; i++) {
+      len[i] = (int32_t)pkt_range(&rng, 0, 45);
+      S = len[i] + 2 > S ? len[i] + 2 : S;
+      seqs[i] = 7 - i;
+    }
+    int32_t mlr = n > 0 && t % 3 == 0 ? 2 * (int32_t)pkt_range(&rng, 1, 12) : 0;
+    EXPECT(pk_gpu_dcp_cu(n, len, c, tp, algo, mlr, cu_real, cu) == 0, "dcp_cu");
+    for (int32_t i = 0; i < n; i++) {
+      length[seqs[i]] = len[i];
+      start[seqs[i]] = (int32_t)pkt_range(&rng, 0, S - len[i]);
+    }
+    int64_t *ids = (int64_t *)malloc(8 * (size_t)B * (size_t)S);
+    for (int64_t k = 0; k < (int64_t)B * S; k++) {
+      ids[k] = (int64_t)pkt_next(&rng);
+    }
+    pk_gpu_layout_desc_t d = pkt_desc(B, S, n, seqs, cu, c, algo);
+    pk_gpu_layout_t *l = NULL;
+    EXPECT(pk_gpu_layout_create(ctx, &d, &l) == 0, "group layout");
+    size_t tl = (size_t)pk_gpu_layout_local_tokens(l);
+    for (int32_t r = 0; r < c; r++) {
+      unsigned char *hx = (unsigned char *)malloc(8 * tl + 1),
+                    *ex = (unsigned char *)malloc(8 * tl + 1);
+      unsigned char *em = (unsigned char *)malloc(tl + 1), *want = (unsigned char *)malloc(tl + 1);
+      memset(hx, 0xab, 8 * tl + 1);
+      memset(ex, 0xab, 8 * tl + 1);
+      memset(em, 0xab, tl + 1);
+      pk_gpu_op_t hop = pkt_op(PK_GPU_FIELD_COPY, 8, 1, ids, hx, 0);
+      EXPECT(pk_gpu_pack(ctx, l, start, length, r, &hop, 1) == 0, "host pack");
+      pk_gpu_op_t mop = pkt_op(PK_GPU_FIELD_VALID, 1, 1, NULL, em, 1);
+      mop.value_bits = 0;
+      pk_cuda_ops k;
+      memset(&k, 0, sizeof k);
+      pk_gpu_op_t kx = hop;
+      kx.dst = ex;
+      k.op[0] = to_kop(kx);
+      k.op[1] = to_kop(mop);
+      pk_gpu_bad_t bad;
+      memset(&bad, 0, sizeof bad);
+      pk_cuda_set_tiles(k.op, 2, (int64_t)tl);
+      unsigned bx = pk_cuda_blocks_for(k.op, 2, (int64_t)tl);
+      emu_launch(false, t % 2 ? 1 : bx, t % 2 ? 32 : PK_CUDA_THREADS, l->host, start, length, r, k,
+                 2, &bad, (t & 2) != 0);
+      EXPECT(bad.code == 0, "bad data in a valid group");
+      compare(hx, ex, 8 * tl + 1, "group shard", t);
+      EXPECT(pk_gpu_dcp_padding_mask(n, len, cu, c, algo, r, want) == 0, "dcp mask");
+      compare(want, em, tl, "group padding mask", t);
+      EXPECT(em[tl] == 0xab, "case %d: mask written past its end", t);
+      free(hx);
+      free(ex);
+      free(em);
+      free(want);
+    }
+    pk_gpu_layout_destroy(l);
+    free(ids);
+  }
+}
+
 int main(void) {
   pk_gpu_ctx_t *ctx = NULL;
   if (pk_gpu_ctx_create(PK_GPU_BACKEND_HOST, 0, &ctx) != 0) {
@@ -322,6 +389,7 @@ int main(void) {
   test_pack_unpack(ctx);
   test_bad_span(ctx);
   test_spans(ctx);
+  test_dcp_groups(ctx);
   pk_gpu_ctx_destroy(ctx);
   printf("%s: %d failure(s)\n", failures ? "FAILED" : "PASSED", failures);
   return failures ? 1 : 0;

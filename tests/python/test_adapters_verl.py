@@ -211,3 +211,78 @@ def test_controller_step_meets_section8_micro_batching(client):
         over += sum(int(x[m].sum()) > cap for m in mb_idx)
     assert over == 0
     assert same <= 52
+
+
+# force_group_size, equal group counts, verl's error types: properties over
+# random batches (verl's own tests of them run in tests/peers).
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4])
+def test_force_group_size_keeps_runs_whole_under_the_cap(client, size):
+    rng = np.random.default_rng(size)
+    for _ in range(40):
+        groups = int(rng.integers(1, 30))
+        cap = int(rng.integers(200, 2000))
+        # Single lengths fit the cap; runs of them may not.
+        lengths = rng.integers(1, min(cap, 2 * cap // size) + 1, size=groups * size)
+        least = int(rng.integers(0, groups + 1)) or None
+        _, idx = verl.rearrange_micro_batches(lengths, cap, min_num_micro_batch=least, force_group_size=size,
+                                              client=client)
+        assert sorted(i for p in idx for i in p) == list(range(lengths.size))
+        where = {i: j for j, p in enumerate(idx) for i in p}
+        sums = lengths.reshape(-1, size).sum(axis=1)
+        for g in range(groups):
+            assert len({where[g * size + j] for j in range(size)}) == 1, "a forced run was split"
+        for p in idx:
+            # Over the cap only a run that is over it alone.
+            assert lengths[p].sum() <= cap or (len(p) == size and sums[p[0] // size] > cap)
+        assert len(idx) <= groups and len(idx) >= (least or 1)
+        fits = sums[sums <= cap]
+        assert len(idx) >= int((sums > cap).sum()) + (math.ceil(fits.sum() / cap) if fits.size else 0)
+
+
+def test_force_group_size_errors_are_verls_types(client):
+    with pytest.raises(AssertionError, match="batch size 5 is not a multiple of 2") as info:
+        verl.rearrange_micro_batches(np.arange(1, 6), 100, force_group_size=2, client=client)
+    assert isinstance(info.value, packd.FailedPrecondition) and isinstance(info.value, ValueError)
+    with pytest.raises(AssertionError, match="min_num_micro_batch: 3 .* 2 forced groups"):
+        verl.rearrange_micro_batches(np.arange(1, 5), 100, min_num_micro_batch=3, force_group_size=2, client=client)
+    with pytest.raises(AssertionError, match=r"lengths\[1\]"):
+        verl.rearrange_micro_batches(np.array([10, 200]), 100, client=client)
+    with pytest.raises(AssertionError, match="k_partitions=3"):
+        verl.get_seqlen_balanced_partitions([1, 2], 3, False, client=client)
+    with pytest.raises(AssertionError, match="do not divide"):
+        verl.get_group_balanced_partitions([1, 2, 3], ["a", "b", "c"], 2, client=client)
+
+
+@pytest.mark.parametrize("k", [2, 4, 8])
+def test_group_balanced_partitions_deal_groups_equally(client, k):
+    """Every rank gets the same number of uid groups, whatever their sizes,
+    and every group whole, balanced no worse than verl's KK on groups."""
+    rng = np.random.default_rng(k)
+    for _ in range(20):
+        groups = k * int(rng.integers(1, 6))
+        sizes = rng.integers(1, 6, size=groups)
+        uids = rng.permutation(np.repeat(np.arange(groups), sizes))
+        lengths = rng.integers(1, 4000, size=uids.size)
+        parts = verl.get_group_balanced_partitions(lengths, [f"u{u}" for u in uids], k, client=client)
+        assert sorted(i for p in parts for i in p) == list(range(uids.size))
+        assert all(p == sorted(p) for p in parts)
+        owner = {}
+        for r, p in enumerate(parts):
+            for i in p:
+                assert owner.setdefault(uids[i], r) == r, "a group split over ranks"
+        assert [len({uids[i] for i in p}) for p in parts] == [groups // k] * k
+        w = 24576.0 * lengths + lengths.astype(np.float64) ** 2
+        gw = np.bincount(uids, weights=w)
+        kk = kk_partition(gw, k, equal_size=True)
+        assert max(w[p].sum() for p in parts) <= max(gw[q].sum() for q in kk) * (1 + 1e-6)
+
+
+def test_calculate_workload_is_int64_for_integers():
+    import torch
+
+    big = torch.tensor([100_000, 7], dtype=torch.int32)
+    assert verl.calculate_workload(big).dtype == torch.int64
+    assert verl.calculate_workload(big).tolist() == [24576 * 100_000 + 100_000**2, 24576 * 7 + 49]
+    assert verl.calculate_workload([100_000]).tolist() == [24576 * 100_000 + 100_000**2]
+    assert verl.calculate_workload(np.array([2.5])).tolist() == [24576 * 2.5 + 6.25]

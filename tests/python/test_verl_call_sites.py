@@ -285,7 +285,10 @@ def test_patch_replaces_imported_names_logs_once_and_undoes(fake_verl, caplog):
     assert actor.prepare_dynamic_batch is verl.prepare_dynamic_batch
     assert actor.restore is verl.restore_dynamic_batch, "found by identity under another name"
     assert "verl.workers.dp_actor.restore" in handle.replaced
-    assert sb.calculate_workload.__module__ == "verl.utils.seqlen_balancing", "verl's exact helpers stay"
+    assert sb.calculate_workload is verl.calculate_workload, "the helpers feeding the plan are packd's too"
+    assert handle.skipped == ["verl.utils.seqlen_balancing.ceildiv", "verl.utils.seqlen_balancing.roundup_divisible"]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "ceildiv" in warned[0] and "roundup_divisible" in warned[0], "skips named once"
     mask = torch.ones(5, 30, dtype=torch.int64)
     micro, idx = actor.run({"attention_mask": mask, "input_ids": mask})
     assert sorted(i for mb in idx for i in mb) == list(range(5)) and len(idx) == 2
@@ -295,7 +298,31 @@ def test_patch_replaces_imported_names_logs_once_and_undoes(fake_verl, caplog):
     verl.patch().undo()
 
 
-def test_patch_names_what_is_missing(fake_verl):
+def test_patch_takes_what_an_older_verl_has_and_fails_only_on_nothing(fake_verl, caplog):
+    """A verl that defines only some of the functions (an older release)
+    gets those replaced and the rest named in one warning; a verl with none
+    of them, or none at all, fails naming what was looked for."""
+    import importlib
+
     (fake_verl / "verl/utils/seqlen_balancing.py").write_text("def rearrange_micro_batches(): pass\n")
-    with pytest.raises(AttributeError, match="get_seqlen_balanced_partitions"):
+    with caplog.at_level(logging.INFO, logger="packd"):
+        handle = verl.patch()
+    try:
+        sb = importlib.import_module("verl.utils.seqlen_balancing")
+        assert handle.replaced == ["verl.utils.seqlen_balancing.rearrange_micro_batches"]
+        assert sb.rearrange_micro_batches is verl.rearrange_micro_batches
+        assert "verl.utils.seqlen_balancing.get_group_balanced_partitions" in handle.skipped
+        warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert len(warned) == 1 and "get_seqlen_balanced_partitions" in warned[0]
+    finally:
+        handle.undo()
+    forget_package("verl")
+    (fake_verl / "verl/utils/seqlen_balancing.py").write_text("def something_else(): pass\n")
+    with pytest.raises(AttributeError, match="none of verl.utils.seqlen_balancing.calculate_workload"):
         verl.patch()
+    forget_package("verl")
+    (fake_verl / "verl/utils/seqlen_balancing.py").unlink()
+    with pytest.raises(ImportError, match="cannot import verl.utils.seqlen_balancing"):
+        verl.patch()
+
+

@@ -33,6 +33,8 @@ _LAZY = {
     "DeadlineExceeded": ("errors", "DeadlineExceeded"),
     "Internal": ("errors", "Internal"),
     "Unauthenticated": ("errors", "Unauthenticated"),
+    "TrainerInvalidArgument": ("errors", "TrainerInvalidArgument"),
+    "TrainerFailedPrecondition": ("errors", "TrainerFailedPrecondition"),
     "Cost": ("calibration", "Cost"),
     "Calibration": ("calibration", "Calibration"),
     "calibrate": ("calibration", "calibrate"),

@@ -36,6 +36,24 @@ def default_client():
     return _default_client
 
 
+def trainer_plan(client, lengths, **kwargs):
+    """``client.plan`` for an adapter: its InvalidArgument and
+    FailedPrecondition come out as TrainerInvalidArgument and
+    TrainerFailedPrecondition (the same message), which are also the
+    AssertionError and ValueError the trainers raise, so a trainer's
+    ``except`` keeps working with packd patched in."""
+    from .errors import FailedPrecondition, InvalidArgument, TrainerFailedPrecondition, TrainerInvalidArgument
+
+    try:
+        return client.plan(lengths, **kwargs)
+    except (TrainerFailedPrecondition, TrainerInvalidArgument):
+        raise
+    except FailedPrecondition as exc:
+        raise TrainerFailedPrecondition(exc.message) from None
+    except InvalidArgument as exc:
+        raise TrainerInvalidArgument(exc.message) from None
+
+
 def _is_nested(t) -> bool:
     return is_torch(t) and bool(getattr(t, "is_nested", False))
 

@@ -22,10 +22,12 @@ import logging
 import sys
 import threading
 
-__all__ = ["PatchHandle", "apply"]
+__all__ = ["PatchHandle", "Wrap", "apply"]
 
 _log = logging.getLogger("packd")
-_lock = threading.Lock()
+# Reentrant: importing a trainer's module inside apply() may run an import
+# hook that applies the same patch (tests/peers' start-up hook does).
+_lock = threading.RLock()
 _active: dict = {}
 
 
@@ -36,6 +38,7 @@ class PatchHandle:
     def __init__(self, name: str):
         self.name = name
         self.replaced: list = []  # "module.attr" strings, in order
+        self.skipped: list = []  # "module.attr" this version does not have
         self._undo: list = []  # (namespace dict, key, old object)
         self.active = False
 
@@ -69,45 +72,78 @@ def _set(handle: PatchHandle, ns: dict, key: str, new, label: str) -> None:
     handle.replaced.append(label)
 
 
-def apply(name: str, targets: dict) -> PatchHandle:
-    """Replaces ``targets`` = ``{module name: {attribute: replacement}}``.
+class Wrap:
+    """A replacement built from the object it replaces (a subclass of a
+    trainer's class, say): ``make(original)`` is called only when the
+    attribute exists, so a version without it is skipped, not broken."""
 
-    Every module named must import (ImportError says which one did not);
-    every attribute must exist there (AttributeError naming it), so a
-    trainer version that renamed a function fails loudly instead of
-    silently running unpatched. Returns the handle of the active patch."""
+    def __init__(self, make):
+        self.make = make
+
+
+def apply(name: str, targets: dict) -> PatchHandle:
+    """Replaces ``targets`` = ``{module name: {attribute: replacement or
+    Wrap}}``, as far as the installed version of the trainer has them.
+
+    Trainer versions differ in what they define (a function added in one
+    release, a module moved in another): a module that does not import, or
+    an attribute it does not have, is skipped, and what was skipped is
+    logged once (a warning on logger "packd", naming each, with the import
+    error) so that a path left unpatched is never silent. Only when nothing
+    at all matches does it fail: ImportError when no module imported,
+    AttributeError naming the attributes looked for otherwise. Returns the
+    handle of the active patch (the same one while it is active)."""
     with _lock:
         if name in _active:
             return _active[name]
-        modules = {}
+        found: dict = {}
+        skipped: list = []
+        import_errors: list = []
         for mod_name, attrs in targets.items():
             try:
-                modules[mod_name] = importlib.import_module(mod_name)
+                mod = importlib.import_module(mod_name)
             except ImportError as exc:
-                raise ImportError(f"packd.{name}.patch(): cannot import {mod_name} ({exc})") from exc
-            for attr in attrs:
-                if not hasattr(modules[mod_name], attr):
-                    raise AttributeError(
-                        f"packd.{name}.patch(): {mod_name} has no attribute {attr!r}; "
-                        f"this {name} version is not supported"
-                    )
+                import_errors.append(f"{mod_name} ({exc})")
+                skipped.extend(f"{mod_name}.{attr}" for attr in attrs)
+                continue
+            for attr, new in attrs.items():
+                if hasattr(mod, attr):
+                    found.setdefault(mod_name, (mod, {}))[1][attr] = new
+                else:
+                    skipped.append(f"{mod_name}.{attr}")
+        if name in _active:  # Applied while the modules were imported.
+            return _active[name]
+        if not found:
+            if len(import_errors) == len(targets):
+                raise ImportError(f"packd.{name}.patch(): cannot import {'; '.join(import_errors)}")
+            looked = ", ".join(f"{m}.{a}" for m, attrs in targets.items() for a in attrs)
+            raise AttributeError(
+                f"packd.{name}.patch(): this {name} version has none of {looked}; it is not supported"
+            )
         handle = PatchHandle(name)
         originals = {}
-        for mod_name, attrs in targets.items():
-            ns = modules[mod_name].__dict__
+        for mod_name, (mod, attrs) in found.items():
+            ns = mod.__dict__
             for attr, new in attrs.items():
+                if isinstance(new, Wrap):
+                    new = new.make(ns[attr])
                 originals[id(ns[attr])] = (ns[attr], new)
                 _set(handle, ns, attr, new, f"{mod_name}.{attr}")
         # Copies made by `from mod import f` in modules already loaded.
         for mod_name, mod in list(sys.modules.items()):
             ns = getattr(mod, "__dict__", None)
-            if not isinstance(ns, dict) or mod_name in targets:
+            if not isinstance(ns, dict) or mod_name in found:
                 continue
             for key, value in list(ns.items()):
                 hit = originals.get(id(value))
                 if hit is not None and hit[0] is value:
                     _set(handle, ns, key, hit[1], f"{mod_name}.{key}")
+        handle.skipped = skipped
         handle.active = True
         _active[name] = handle
     _log.info("packd: %s functions replaced: %s", name, ", ".join(handle.replaced))
+    if skipped:
+        detail = f" (import failed: {'; '.join(import_errors)})" if import_errors else ""
+        _log.warning("packd: %s functions not in this %s version, left as they are: %s%s", name, name,
+                     ", ".join(skipped), detail)
     return handle

@@ -20,6 +20,8 @@ __all__ = [
     "DeadlineExceeded",
     "Internal",
     "Unauthenticated",
+    "TrainerInvalidArgument",
+    "TrainerFailedPrecondition",
     "error_for",
 ]
 
@@ -90,6 +92,21 @@ class Unauthenticated(PlanError, PermissionError):
     does not accept (UNAUTHENTICATED): see ``token=`` and ``token_file=``."""
 
     code = grpc.StatusCode.UNAUTHENTICATED
+
+
+class TrainerInvalidArgument(InvalidArgument, AssertionError):
+    """InvalidArgument raised by a trainer adapter (packd.verl, packd.roll)
+    where the trainer's own function asserts: also an AssertionError (and,
+    as every InvalidArgument, a ValueError), so the trainer's ``except``
+    clauses keep catching it."""
+
+
+class TrainerFailedPrecondition(FailedPrecondition, AssertionError, ValueError):
+    """FailedPrecondition raised by a trainer adapter: also an
+    AssertionError and a ValueError, the two types verl's and ROLL's
+    functions raise for the same conditions (a sequence or forced group
+    over the token cap, more micro-batches than groups, counts that do not
+    divide), so the trainer's ``except`` clauses keep catching it."""
 
 
 _BY_CODE = {

@@ -34,8 +34,18 @@ from ._arrays import integer_error
 
 __all__ = [
     "GpuError",
+    "TorchTransport",
+    "dcp_align",
+    "dcp_cu",
+    "dcp_group",
+    "dcp_padding_mask",
+    "exchange",
+    "nccl_unique_id",
+    "route_items",
+    "xitems_from_assignments",
     "GpuInvalidArgument",
     "GpuUnavailable",
+    "NcclTransport",
     "IGNORE_INDEX",
     "Layout",
     "available",
@@ -57,7 +67,8 @@ IGNORE_INDEX = -100
 # Codes of gpu/include/pk_gpu.h.
 _EINVAL, _EPRECOND, _ENOMEM, _EINTERNAL, _ENOTSUP, _EDEVICE, _ETIMEOUT = -1, -2, -3, -4, -7, -8, -9
 _HOST, _CUDA = 0, 1
-_ALGOS = {"zigzag": 0, "ulysses": 1}
+# "contiguous" (verl's name for dynamic CP) is the Ulysses shard: [r*T/cp, (r+1)*T/cp).
+_ALGOS = {"zigzag": 0, "ulysses": 1, "contiguous": 1}
 _COPY, _LABELS, _POS_OFFSET, _POS_RESTART, _VALID = 0, 1, 2, 3, 4
 _MAX_OPS = 64
 
@@ -159,6 +170,17 @@ def _load():
             "pk_gpu_cu_from_lengths": ([i32, vp, i32, vp, vp], ctypes.c_int),
             "pk_gpu_cp_index_map": ([i32, vp, i32, i32, i32, vp], ctypes.c_int),
             "pk_gpu_cp_real_cu": ([i32, vp, vp, i32, i32, i32, vp], ctypes.c_int),
+            "pk_gpu_dcp_align": ([i32, i32, i32, vp], ctypes.c_int),
+            "pk_gpu_dcp_cu": ([i32, vp, i32, i32, i32, i32, vp, vp], ctypes.c_int),
+            "pk_gpu_dcp_padding_mask": ([i32, vp, vp, i32, i32, i32, vp], ctypes.c_int),
+            "pk_gpu_xitems_route": ([i32, i32, vp, vp, vp, vp, vp, vp], ctypes.c_int),
+            "pk_gpu_xitems_from_assignments": ([i32, i32, vp, vp, vp, vp, vp, vp], ctypes.c_int),
+            "pk_gpu_exchange": ([vp, vp, i64, i64, vp, vp, vp], ctypes.c_int),
+            "pk_gpu_nccl_unique_id": ([vp], ctypes.c_int),
+            "pk_gpu_nccl_comm_init": ([i32, vp, i32, ctypes.c_int, ctypes.POINTER(vp)], ctypes.c_int),
+            "pk_gpu_nccl_comm_destroy": ([vp], None),
+            "pk_gpu_nccl_transport_create": ([vp, vp, ctypes.POINTER(vp)], ctypes.c_int),
+            "pk_gpu_nccl_transport_destroy": ([vp], None),
         }
         for name, (args, res) in sigs.items():
             fn = getattr(lib, name)
@@ -378,7 +400,7 @@ def _np_or_torch_dtype(like, np_dtype):
     if _is_torch(like):
         import torch
 
-        return {np.int64: torch.int64, np.int32: torch.int32}[np_dtype]
+        return {np.int64: torch.int64, np.int32: torch.int32, np.bool_: torch.bool}[np_dtype]
     return np_dtype
 
 
@@ -395,7 +417,7 @@ class Layout:
     def __init__(self, seqs, cu_seqlens_padded, batch: int, seqlen: int, *, cp: int = 1,
                  cp_algo: str = "zigzag", device=None):
         if cp_algo not in _ALGOS:
-            raise ValueError(f"cp_algo: expected 'zigzag' or 'ulysses', got {cp_algo!r}")
+            raise ValueError(f"cp_algo: expected 'zigzag', 'ulysses' or 'contiguous', got {cp_algo!r}")
         if not isinstance(cp, (int, np.integer)) or cp < 1:
             raise ValueError(f"cp: expected an int >= 1, got {cp!r}")
         self._seqs = _host_index(seqs, "seqs")
@@ -539,6 +561,21 @@ class Layout:
         if width > 0:
             op = _Op(_COPY, oa.itemsize, width, ya.ptr, oa.ptr, 0, 0)
             self._run(True, start, length, r, [op])
+        return out
+
+    def padding_mask(self, length, *, cp_rank: int = 0, like=None, out=None):
+        """The padding mask of cp_rank's rows, bool [T/cp] on the layout's
+        device: True on slot padding, False on real tokens (verl's
+        ``_dcp_padding_mask`` of a dynamic-CP micro-batch when the layout is
+        the group's stream, cp = the group size, cp_rank = the GPU's index in
+        the group). One launch, no host synchronisation."""
+        r = self._rank(cp_rank, False)
+        like = length if like is None else like
+        out = self._out(out, (self.local_tokens,), like, "out", _np_or_torch_dtype(like, np.bool_))
+        o = _Arr(out, "out", writable=True)
+        if self.local_tokens:
+            op = _Op(_VALID, o.itemsize, 1, None, o.ptr, 1, 0)
+            self._run(False, None, length, r, [op])
         return out
 
     def pack_many(self, specs, start, length, *, cp_rank: int = 0):
@@ -691,9 +728,24 @@ def cp_index_map(cu_seqlens_padded, *, cp, cp_rank, cp_algo="zigzag"):
     (TransformerEngine's thd_get_partitioned_indices for zigzag)."""
     cu = _host_index(cu_seqlens_padded, "cu_seqlens_padded")
     if cp_algo not in _ALGOS:
-        raise ValueError(f"cp_algo: expected 'zigzag' or 'ulysses', got {cp_algo!r}")
+        raise ValueError(f"cp_algo: expected 'zigzag', 'ulysses' or 'contiguous', got {cp_algo!r}")
     n = max(cu.size - 1, 0)
     total = int(cu[-1]) if cu.size else 0
     out = np.empty(max(total // max(int(cp), 1), 0) + 1, dtype=np.int64)
     _ok(_load().pk_gpu_cp_index_map(n, cu.ctypes.data, int(cp), _ALGOS[cp_algo], int(cp_rank), out.ctypes.data))
     return out[: total // int(cp)]
+
+
+# Dynamic context parallelism (per-group layouts, padding mask, routing).
+from .gpu_dcp import (  # noqa: E402
+    NcclTransport,
+    TorchTransport,
+    dcp_align,
+    dcp_cu,
+    dcp_group,
+    dcp_padding_mask,
+    exchange,
+    nccl_unique_id,
+    route_items,
+    xitems_from_assignments,
+)

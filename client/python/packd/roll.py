@@ -23,7 +23,7 @@ import copy
 import numpy as np
 
 from . import _patch
-from ._adapt import default_client, dp_max, lengths_of
+from ._adapt import default_client, dp_max, lengths_of, trainer_plan
 from .verl import balance_batch, get_seqlen_balanced_partitions
 
 __all__ = [
@@ -63,7 +63,8 @@ def plan_dynamic_batching(
     pp = int(pipeline_model_parallel_size or 1)
     group = pp if (pp > 1 and virtual_pipeline_model_parallel_size) else 0
     client = client or default_client()
-    plan = client.plan(
+    plan = trainer_plan(
+        client,
         lengths,
         dp=dp,
         mode="padded",
@@ -236,12 +237,12 @@ def sequence_packing_partitions(lengths, max_packed_sequence_length: int, pad_fa
     kw = dict(dp=1, max_tokens=int(max_packed_sequence_length), align=int(pad_factor),
               min_micro_batches=int(min_num_micro_batches or 1),
               microbatch_group=int(vp_size) if int(vp_size or 1) > 1 else 0, order="heavy_middle")
-    plan = client.plan(lengths, **kw)
+    plan = trainer_plan(client, lengths, **kw)
     count = len(plan[0])
     target = dp_max(count, dp_group, device) if dp_group is not None else count
     if target > count:
         kw["min_micro_batches"] = target
-        plan = client.plan(lengths, **kw)
+        plan = trainer_plan(client, lengths, **kw)
     return [m.seqs.tolist() for m in plan[0].micro_batches]
 
 
@@ -286,15 +287,11 @@ def patch():
     batch balancing and partitioning (``roll.utils.functionals``) and the
     load-balance sequence packer (``roll.utils.sequence_packing``) with
     packd's, in those modules and in every loaded module that imported them
-    by name (pipelines, workers, strategies). Logs once what it replaced
-    (logger "packd"); calling it again returns the same handle. Returns a
-    handle whose ``undo()`` restores ROLL's."""
-    import importlib
-
-    try:
-        packing = importlib.import_module("roll.utils.sequence_packing")
-    except ImportError as exc:
-        raise ImportError(f"packd.roll.patch(): cannot import roll.utils.sequence_packing ({exc})") from exc
+    by name (pipelines, workers, strategies). What this ROLL version does
+    not define (a release before sequence packing, say) is skipped and
+    named in one warning; only a ROLL with none of them fails. Logs once
+    what it replaced (logger "packd"); calling it again returns the same
+    handle. Returns a handle whose ``undo()`` restores ROLL's."""
     return _patch.apply("roll", {
         "roll.utils.dynamic_batching": {
             "dynamic_batching_shard": dynamic_batching_shard,
@@ -306,6 +303,6 @@ def patch():
             "get_seqlen_balanced_partitions": get_seqlen_balanced_partitions,
         },
         "roll.utils.sequence_packing": {
-            "LoadBalancePacker": _load_balance_packer(packing.LoadBalancePacker),
+            "LoadBalancePacker": _patch.Wrap(_load_balance_packer),
         },
     })

@@ -36,9 +36,11 @@ from ._adapt import (
     lengths_of,
     select_rows,
     select_value,
+    trainer_plan,
     workload,
 )
 from ._arrays import is_torch
+from .errors import TrainerFailedPrecondition, TrainerInvalidArgument
 
 __all__ = [
     "calculate_workload",
@@ -62,15 +64,24 @@ _INT32_MAX = (1 << 31) - 1
 
 
 def calculate_workload(seqlen_list):
-    """verl's FLOPs proxy ``24576 * L + L**2``, in the kind given (tensor,
-    array or list -> array)."""
+    """verl's FLOPs proxy ``24576 * L + L**2``, in the kind given (a tensor
+    stays a tensor on its device; an array or list gives an array).
+    Integer lengths are computed in int64 whatever their width (verl's
+    int32 lengths overflow from L = 46341 on), floating ones in their own
+    type."""
     if is_torch(seqlen_list):
+        if not seqlen_list.is_floating_point():
+            seqlen_list = seqlen_list.long()
         return 24576 * seqlen_list + seqlen_list**2
-    return workload(np.asarray(seqlen_list))
+    a = np.asarray(seqlen_list)
+    if a.dtype.kind in "iub":
+        a = a.astype(np.int64)
+        return 24576 * a + a * a
+    return workload(a)
 
 
 def ceildiv(a: int, b: int) -> int:
-    """ceil(a / b) for integers."""
+    """ceil(a / b) for integers (ZeroDivisionError for b = 0, like verl)."""
     return -(a // -b)
 
 
@@ -98,7 +109,7 @@ def _plan_values(values: np.ndarray, k: int, equal_size: bool, client):
     # sometimes ends a few 1e-4 lower. Both are planned and the lower
     # largest sum is kept, so the result is never worse than verl's.
     for algo in ("auto", "kk_equal" if equal_size else "kk"):
-        plan = client.plan(units, dp=k, equal_count=bool(equal_size), dp_balance=algo, linear=1.0,
+        plan = trainer_plan(client, units, dp=k, equal_count=bool(equal_size), dp_balance=algo, linear=1.0,
                            quadratic=0.0)
         parts = [np.asarray(r.seqs, dtype=np.int64) for r in plan]
         top = max(float(values[p].sum()) for p in parts)
@@ -128,41 +139,54 @@ def get_seqlen_balanced_partitions(seqlen_list, k_partitions: int, equal_size: b
     """``k_partitions`` lists of indices into ``seqlen_list`` (numbers: verl
     passes workloads) whose sums are balanced; each list sorted, none
     empty, every index once; with ``equal_size`` every list has
-    ``len / k`` items. ValueError where verl asserts (fewer items than
-    partitions, a size not divisible with ``equal_size``)."""
+    ``len / k`` items. TrainerFailedPrecondition (an AssertionError and a
+    ValueError) where verl asserts: fewer items than partitions, a size not
+    divisible with ``equal_size``."""
     values = host_values(seqlen_list, "seqlen_list")
     n, k = int(values.size), int(k_partitions)
     if k < 1:
-        raise ValueError(f"k_partitions: must be >= 1, got {k_partitions}")
+        raise TrainerInvalidArgument(f"k_partitions: must be >= 1, got {k_partitions}")
     if n < k:
-        raise ValueError(f"seqlen_list: {n} items cannot fill k_partitions={k} partitions")
+        raise TrainerFailedPrecondition(f"seqlen_list: {n} items cannot fill k_partitions={k} partitions")
     if equal_size and n % k:
-        raise ValueError(f"seqlen_list: {n} items do not divide into k_partitions={k} equal partitions")
+        raise TrainerFailedPrecondition(f"seqlen_list: {n} items do not divide into k_partitions={k} equal partitions")
     parts = _fill_empty(_plan_values(values, k, equal_size, client), values)
     return [sorted(p) for p in parts]
 
 
 def get_group_balanced_partitions(seqlen_list, uid_list, k_partitions: int, *, client=None):
-    """k lists of sample indices, balanced by verl's workload, that keep all
-    samples of one uid in one list (verl's PrefixGrouper balancing). Samples
-    share a group when their uids are equal, wherever they sit in the batch
-    (verl groups runs of equal adjacent uids only). Every list has the same
-    number of groups when the groups are of one size (rollout.n)."""
+    """k lists of sample indices (each sorted) that keep all samples of one
+    uid in one list (verl's PrefixGrouper balancing), every list holding
+    the same number of groups, balanced by the groups' workloads (the sum
+    of verl's per-sample workload): verl's trainer cuts the reordered batch
+    into equal chunks, which split no group only when the groups of a
+    rollout (all of one size) are dealt equally. Samples share a group when
+    their uids are equal, wherever they sit in the batch (verl groups runs
+    of equal adjacent uids only; the trainer counts groups as distinct
+    uids). TrainerFailedPrecondition (an AssertionError and a ValueError,
+    what verl raises) when the groups cannot be dealt equally: fewer groups
+    than partitions, or a count that ``k_partitions`` does not divide."""
     lengths = lengths_of(host_values(seqlen_list, "seqlen_list"), "seqlen_list")
     uids = list(uid_list.tolist() if hasattr(uid_list, "tolist") else uid_list)
     if len(uids) != lengths.size:
-        raise ValueError(f"uid_list: {len(uids)} uids for {lengths.size} sequences")
+        raise TrainerInvalidArgument(f"uid_list: {len(uids)} uids for {lengths.size} sequences")
+    k = int(k_partitions)
+    if k < 1:
+        raise TrainerInvalidArgument(f"k_partitions: must be >= 1, got {k_partitions}")
     ids: dict = {}
     gid = np.array([ids.setdefault(u, len(ids)) for u in uids], dtype=np.int64)
-    k = int(k_partitions)
-    if len(ids) < k:
-        raise ValueError(f"uid_list: {len(ids)} uid groups cannot fill k_partitions={k} partitions")
-    sizes = np.bincount(gid)
-    client = client or default_client()
-    plan = client.plan(
-        lengths, groups=gid, dp=k, groups_on_rank=True, equal_count=bool(np.all(sizes == sizes[0]))
-    )
-    return [sorted(map(int, r.seqs)) for r in plan]
+    groups = len(ids)
+    if groups < k:
+        raise TrainerFailedPrecondition(f"uid_list: {groups} uid groups cannot fill k_partitions={k} partitions")
+    if groups % k:
+        raise TrainerFailedPrecondition(
+            f"uid_list: {groups} uid groups do not divide into k_partitions={k} equal counts of groups"
+        )
+    weights = np.bincount(gid, weights=workload(lengths), minlength=groups)
+    order = np.argsort(gid, kind="stable")
+    members = np.split(order, np.cumsum(np.bincount(gid, minlength=groups))[:-1])
+    parts = _plan_values(weights, k, True, client)
+    return [sorted(int(i) for g in p for i in members[int(g)]) for p in parts]
 
 
 def log_seqlen_unbalance(seqlen_list, partitions, prefix):
@@ -246,8 +270,8 @@ def balance_batch(
             if n % int(mini_batch_size):
                 raise ValueError(f"mini_batch_size: {mini_batch_size} does not divide the batch size {n}")
             mini = n // int(mini_batch_size)
-        plan = client.plan(lengths, dp=k, equal_count=equal_size, dp_balance=dp_balance, mini_batches=mini,
-                           **plan_kwargs)
+        plan = trainer_plan(client, lengths, dp=k, equal_count=equal_size, dp_balance=dp_balance,
+                            mini_batches=mini, **plan_kwargs)
         w = workload(lengths)
         parts = []
         for rank in plan:
@@ -269,6 +293,25 @@ def balance_batch(
     return idx
 
 
+def _group_lengths(lengths: np.ndarray, size: int) -> np.ndarray:
+    """Token sums of the runs of ``size`` consecutive samples that verl's
+    ``force_group_size`` keeps in one micro-batch."""
+    n = int(lengths.size)
+    if size < 1:
+        raise TrainerInvalidArgument(f"force_group_size: must be >= 1, got {size}")
+    if n % size:
+        raise TrainerFailedPrecondition(f"force_group_size: the batch size {n} is not a multiple of {size}")
+    return lengths.reshape(-1, size).sum(axis=1) if n else lengths
+
+
+def _verl_order(parts: list, weight: np.ndarray, heavy_middle_order: bool) -> list:
+    """verl's order of micro-batches: by workload, heaviest first (ties by
+    first index); with ``heavy_middle_order`` the light ones at both ends."""
+    key = [(float(weight[np.asarray(p, dtype=np.int64)].sum()), p[0] if p else 0) for p in parts]
+    ranked = [parts[i] for i in sorted(range(len(parts)), key=lambda i: key[i], reverse=True)]
+    return ranked[::2][::-1] + ranked[1::2] if heavy_middle_order else ranked
+
+
 def rearrange_micro_batches(
     batch,
     max_token_len,
@@ -277,6 +320,7 @@ def rearrange_micro_batches(
     same_micro_num_in_dp=True,
     min_num_micro_batch=None,
     use_dynamic_bsz_balance=True,
+    force_group_size=1,
     *,
     client=None,
     micro_algo: str = "auto",
@@ -284,38 +328,79 @@ def rearrange_micro_batches(
 ):
     """One rank's batch cut into micro-batches of at most ``max_token_len``
     tokens (a hard cap: a sequence that cannot fit alone raises
-    packd.FailedPrecondition naming it).
+    TrainerFailedPrecondition naming it).
 
     batch: a TensorDict, or a dict (any mapping) with an ``attention_mask``
     [B, S] or a nested ``input_ids`` (tensors on any device; numpy arrays
     and lists of B items work too, and entries that are not one item per
     row, such as scalars or strings, are copied into every micro-batch); a
     DataProto; a mask [B, S] or lengths [B].
+    force_group_size: every run of that many consecutive samples (a reward
+    model's answers to one prompt) stays in one micro-batch; the batch size
+    must be a multiple of it, and the count is at most the number of runs.
+    A run over the cap cannot be split: like verl, it is kept whole, in a
+    micro-batch of its own (the only micro-batches over the cap); the other
+    runs keep the cap.
     Returns ``(micro_batches, micro_bsz_idx)``: the micro-batches in the
     batch's own kind and on its device, and their index lists. The count is
     the least that fits, at least ``min_num_micro_batch``, a multiple of
-    ``num_batches_divided_by``, and with ``same_micro_num_in_dp`` under
-    torch.distributed the largest over ``dp_group`` (every rank re-plans at
-    that count, so the cap still holds). ``use_dynamic_bsz_balance``: light
-    micro-batches at both ends and heavy ones in the middle (verl's order),
-    else heaviest first."""
+    ``num_batches_divided_by``, and with ``same_micro_num_in_dp``, a
+    ``dp_group`` and torch.distributed initialised the largest over the
+    group (every rank re-plans at that count, so the cap still holds).
+    ``use_dynamic_bsz_balance``: light micro-batches at both ends and heavy
+    ones in the middle (verl's order), else heaviest first.
+    TrainerFailedPrecondition (an AssertionError and a ValueError, as verl
+    raises) where the batch does not divide into forced groups or the count
+    asked for exceeds the groups."""
     lengths = lengths_of(batch)
+    cap = int(max_token_len)
+    size = int(force_group_size or 1)
+    items = _group_lengths(lengths, size) if size != 1 else lengths
+    # Forced groups over the cap (never single sequences: those fail in the
+    # planner, naming the sequence) each take a micro-batch of their own.
+    whole = np.flatnonzero(items > cap) if size != 1 else np.zeros(0, np.int64)
+    rest = np.setdiff1d(np.arange(items.size), whole)
     client = client or default_client()
+    step = int(num_batches_divided_by or 0)
     order = "heavy_middle" if use_dynamic_bsz_balance else "cost_desc"
-    kw = dict(dp=1, max_tokens=int(max_token_len), micro_algo=micro_algo, order=order,
-              min_micro_batches=int(min_num_micro_batch or 0),
-              microbatch_group=int(num_batches_divided_by or 0), **plan_kwargs)
-    plan = client.plan(lengths, **kw)
-    count = len(plan[0])
-    if same_micro_num_in_dp:
-        target = dp_max(count, dp_group, device_of(batch))
-        if target > count:
-            kw["min_micro_batches"] = target
-            plan = client.plan(lengths, **kw)
-    micro_bsz_idx = [m.seqs.tolist() for m in plan[0].micro_batches]
+    kw = dict(dp=1, max_tokens=cap, micro_algo=micro_algo, order=order,
+              microbatch_group=step if whole.size == 0 else 0, **plan_kwargs)
+
+    def planned(least):
+        """The groups' micro-batches (group index lists), at least ``least``
+        of them and a multiple of ``step``."""
+        if least > items.size:
+            unit = "forced groups" if size != 1 else "sequences"
+            raise TrainerFailedPrecondition(
+                f"min_num_micro_batch: {least} non-empty micro-batches asked for (the largest count over the DP "
+                f"group, a multiple of num_batches_divided_by), but this rank has {items.size} {unit}"
+            )
+        if whole.size == 0:
+            plan = trainer_plan(client, items, min_micro_batches=least, **kw)
+            return [m.seqs.tolist() for m in plan[0].micro_batches]
+        parts = [[int(g)] for g in whole]
+        want = max(least - whole.size, 1 if rest.size else 0)
+        while rest.size:
+            plan = trainer_plan(client, items[rest], min_micro_batches=want, **kw)
+            total = whole.size + len(plan[0])
+            more = len(plan[0]) + (step - total % step if step > 1 and total % step else 0)
+            if more == len(plan[0]) or more > rest.size:
+                parts += [rest[m.seqs].tolist() for m in plan[0].micro_batches]
+                break
+            want = more
+        group_work = workload(lengths).reshape(-1, size).sum(axis=1)
+        return _verl_order(parts, group_work, use_dynamic_bsz_balance)
+
+    parts = planned(int(min_num_micro_batch or 0))
+    if same_micro_num_in_dp and dp_group is not None:
+        target = dp_max(len(parts), dp_group, device_of(batch))
+        if target > len(parts):
+            parts = planned(target)
+    if size != 1:
+        parts = [[g * size + j for g in groups for j in range(size)] for groups in parts]
     inner = batch.batch if hasattr(batch, "batch") and hasattr(batch, "non_tensor_batch") else batch
-    micro_batches = [select_rows(inner, np.asarray(i, dtype=np.int64), rows=lengths.size) for i in micro_bsz_idx]
-    return micro_batches, micro_bsz_idx
+    micro_batches = [select_rows(inner, np.asarray(i, dtype=np.int64), rows=lengths.size) for i in parts]
+    return micro_batches, parts
 
 
 def prepare_dynamic_batch(
@@ -397,14 +482,19 @@ def restore_dynamic_batch(data, batch_idx_list):
             data = np.concatenate([np.asarray(d) for d in data], axis=0)
     rows = _rows(data)
     if rows != len(flat):
-        raise ValueError(f"data: {rows} rows for {len(flat)} indices in batch_idx_list")
+        raise TrainerInvalidArgument(f"data: {rows} rows for {len(flat)} indices in batch_idx_list")
     return select_value(data, np.asarray(get_reverse_idx(flat), dtype=np.int64))
 
 
-# The names verl's modules import from verl.utils.seqlen_balancing that packd
-# plans differently; the helpers with verl's exact behaviour
-# (calculate_workload, ceildiv, roundup_divisible, karmarkar_karp) stay verl's.
+# The names verl's modules import from verl.utils.seqlen_balancing that
+# packd replaces: the planning functions, and the helpers whose results feed
+# them (calculate_workload in int64, ceildiv) so that one implementation
+# computes every number verl compares. karmarkar_karp and greedy_partition,
+# which only verl's own partitioning calls, stay verl's.
 _VERL_TARGETS = (
+    "calculate_workload",
+    "ceildiv",
+    "roundup_divisible",
     "get_seqlen_balanced_partitions",
     "get_group_balanced_partitions",
     "log_seqlen_unbalance",
@@ -418,8 +508,11 @@ _VERL_TARGETS = (
 def patch():
     """Replaces verl's balancing and dynamic batching with packd's, in
     ``verl.utils.seqlen_balancing`` and in every loaded module that imported
-    them by name (the trainer, actors, critics, engines, workers). Logs once
-    what it replaced (logger "packd"); calling it again returns the same
-    handle. Returns a handle whose ``undo()`` restores verl's functions."""
+    them by name (the trainers, engines, workers). What this verl version
+    does not define is skipped (a release before
+    ``get_group_balanced_partitions``, say) and named in one warning; only
+    a verl with none of them fails. Logs once what it replaced (logger
+    "packd"); calling it again returns the same handle. Returns a handle
+    whose ``undo()`` restores verl's functions."""
     g = globals()
     return _patch.apply("verl", {"verl.utils.seqlen_balancing": {name: g[name] for name in _VERL_TARGETS}})

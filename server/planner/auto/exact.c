@@ -78,8 +78,8 @@
  * The budget. PK_EXACT_STEPS (knobs.h) bounds the steps (one
  * option of one set tried, or a bin closed and the next opened; 25 to 60
  * ns each on the 2-core development VM) of all the searches of one
- * mini-batch, so a search out of steps costs 4 to 8 ms of CPU there.
- * Measured on random tight batches (90 to 99.5 % of the bound's tokens,
+ * mini-batch. At 2^17 steps (4 to 8 ms of CPU out of steps),
+ * measured on random tight batches (90 to 99.5 % of the bound's tokens,
  * DP 1, 2 and 4, half of them under max_seqs), where AUTO's packings missed
  * the bound the search packed at it, proved it infeasible, or ran out:
  *   10-40 items:   192 of 1847 batches searched: 119 packed, 73 proved, 0
@@ -88,7 +88,9 @@
  *   101-160 items: 70 of 844: 37 packed, 22 proved, 11 out (1.3 %);
  *   161-256 items: 56 of 524: 36 packed, 10 proved, 10 out (1.9 %).
  * Twice the steps packed no more of these 4634 batches (it proved 6 more
- * infeasible, which changes no plan); half packed 2 fewer. PK_EXACT_MAX_ITEMS
+ * infeasible, which changes no plan); half packed 2 fewer. Batches of a
+ * few dozen lengths in a narrow band, filled to 99 % and more, need more:
+ * the budget is 2^22 (knobs.h says where it was measured). PK_EXACT_MAX_ITEMS
  * (256) stops where the searches out of steps near 2 % of the tight
  * batches; the bench's batches (512 items and up) reach the bound
  * greedily. */

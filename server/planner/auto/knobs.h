@@ -67,9 +67,13 @@
 
 /* The exact search (exact.c): steps all its searches of one mini-batch may
  * take (a step: one option of a bin's set tried, or a bin closed and the
- * next opened, 25 to 60 ns): a search out of steps costs 4 to 8 ms, and
- * twice as many packed no more batches. Unit: search steps. */
-#define PK_EXACT_STEPS (1u << 17)
+ * next opened, 25 to 60 ns): a search out of steps costs 0.1 to 0.25 s.
+ * 2^17 steps packed as many of exact.c's random tight batches; 20 to 25
+ * lengths of 50 to 90 under a cap of 300 (verl's dynamic-batching test,
+ * replayed 10,000 times by tests/peers/test_verl_replay.py) have packings
+ * at the token bound that 2^21 steps miss and 2^22 find, each one
+ * micro-batch (a forward and backward pass) less. Unit: search steps. */
+#define PK_EXACT_STEPS (1u << 22)
 
 /* The most items of a mini-batch the exact search takes: larger batches
  * reach the bound greedily (the bench's, from 512 up, all do), and their

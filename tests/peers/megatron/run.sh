@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The Megatron-Core peer tests, in a venv made from
-# tests/peers/requirements-megatron.txt (PEER_PY: its python):
+# The Megatron-Core peer tests, in the peers' venv (tests/peers/env.sh makes
+# it; PEER_PY names another python):
 #   1. test_registry.py: packd.megatron in the real Megatron-Core (the
 #      release: patch() refuses it; Megatron-LM main: registry, the
 #      scheduler as Megatron builds it, and packd against Megatron's own
@@ -12,14 +12,14 @@
 #      deselected here; the others run.
 # PACKD_BUILD_DIR: a packd build with server/libpackd.so (default: build).
 #
-# The venv, outside the repository:
-#   python3.12 -m venv DIR && DIR/bin/pip install -r tests/peers/requirements-megatron.txt
+# Megatron-LM main needs Python >= 3.12: PACKD_PEER_PYTHON=python3.12 makes
+# the venv with it.
 # Megatron-LM main, outside the repository (a clone, or any snapshot of it):
 #   git clone https://github.com/NVIDIA/Megatron-LM DIR2   # then MEGATRON_LM_SRC=DIR2
 set -euo pipefail
 HERE="$(cd "$(dirname "$0")" && pwd)"
 REPO="$(cd "$HERE/../../.." && pwd)"
-PY="${PEER_PY:?set PEER_PY to the python of a venv made from tests/peers/requirements-megatron.txt}"
+PY="${PEER_PY:-$(bash "$HERE/../env.sh")/bin/python}"
 export PACKD_BUILD_DIR="${PACKD_BUILD_DIR:-$REPO/build}"
 
 "$PY" -m pytest -q -p no:cacheprovider "$HERE"

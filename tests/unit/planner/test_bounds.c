@@ -424,6 +424,19 @@ static void test_bound_count_beside_wide(void **state) {
   }
 }
 
+/* PACKED, no max_seqs: nine lengths of 20 to 24 hold 196 tokens, which two
+ * micro-batches of 100 would take, and L2 says 2 (none is above half the
+ * cap); but any five of them add up to at least 104, so no micro-batch
+ * holds more than four and nine need 3, which the exhaustive search
+ * confirms (the count bound by items). */
+static void test_bound_count_by_items(void **state) {
+  (void)state;
+  static const uint32_t lens[] = {20, 21, 22, 23, 24, 21, 22, 23, 20};
+  check_count_bound(lens, 9, UINT32_MAX, 3);
+  /* Under max_seqs 3 the items' bound is max_seqs': 3 as well. */
+  check_count_bound(lens, 9, 3, 3);
+}
+
 /* The step memo (pk_ctx_t.step_memo): outside PADDED mode the bound for m
  * is computed once and read back; a different m computes afresh, and the
  * values are those of a context without a memo. */
@@ -467,6 +480,7 @@ int main(void) {
       cmocka_unit_test(test_step_bound_room_density),
       cmocka_unit_test(test_bounds_packed_wide),
       cmocka_unit_test(test_bound_count_beside_wide),
+      cmocka_unit_test(test_bound_count_by_items),
       cmocka_unit_test(test_bounds_per_sequence),
       cmocka_unit_test(test_step_bound_per_sequence),
       cmocka_unit_test(test_step_bound_memo),
