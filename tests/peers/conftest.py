@@ -30,10 +30,3 @@ def patched_verl():
     yield handle
     handle.undo()
 
-
-def devices():
-    """The devices a tensor test runs on: the host, and the GPU where there
-    is one (a CPU-only machine runs the host case only)."""
-    import torch
-
-    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])

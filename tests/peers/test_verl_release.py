@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
-from conftest import devices
 from tensordict import TensorDict
 
 import packd
@@ -25,6 +24,12 @@ from verl.utils.transferqueue_utils import KVBatchMeta
 from verl.workers.engine import utils as engine_utils
 
 CAP = 300
+
+
+def devices():
+    """The devices a tensor test runs on: the host, and the GPU where there
+    is one (a CPU-only machine runs the host case only)."""
+    return ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
 
 def _batch(lengths, device, *, jagged, group=1, cap=CAP):
