@@ -50,7 +50,7 @@ import numpy as np
 from ._adapt import default_client
 from .errors import FailedPrecondition, InvalidArgument
 
-__all__ = ["DpBalancedScheduler", "SchedulingError", "SCHEDULERS", "MegatronPatch", "patch"]
+__all__ = ["DpBalancedScheduler", "BalancedCPScheduler", "SchedulingError", "SCHEDULERS", "MegatronPatch", "patch"]
 
 _log = logging.getLogger("packd")
 
@@ -252,11 +252,213 @@ class DpBalancedScheduler:
         )
 
 
+def _aligned(length: int, size: int) -> int:
+    """A sequence's tokens in a zigzag group of ``size`` GPUs (TP 1): a
+    multiple of 2 x size, as the planner aligns it; unaligned at size 1."""
+    if size == 1:
+        return length
+    step = 2 * size
+    return -(-length // step) * step
+
+
+class BalancedCPScheduler(DpBalancedScheduler):
+    """Megatron-Core's dynamic ("hybrid") context-parallel scheduler,
+    planned by packd's dynamic-CP planner.
+
+    Constructed as Megatron-Core constructs its packing schedulers,
+    ``BalancedCPScheduler(max_seqlen_per_dp_cp_rank, cp_size, dp_size,
+    microbatch_group_size_per_vp_stage)``, with packd's ``client`` and
+    ``cost`` keywords as for ``DpBalancedScheduler``, and ``cp_token``,
+    ``cp_group`` (the CP cost terms, packd's default 0). The dp x cp GPUs
+    are one pool in Megatron's dp-cp order; every micro-batch cuts it into
+    groups of consecutive GPUs (a power of two at a multiple of its size,
+    or the whole pool), each training its samples as one stream split over
+    its GPUs. ``max_seqlen_per_dp_cp_rank`` is the hard per-GPU cap.
+    """
+
+    def __init__(
+        self,
+        max_seqlen_per_dp_cp_rank,
+        cp_size,
+        dp_size,
+        microbatch_group_size_per_vp_stage=None,
+        *,
+        client=None,
+        cost=None,
+        cp_token: float = 0.0,
+        cp_group: float = 0.0,
+    ):
+        super().__init__(
+            max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage, client=client, cost=cost
+        )
+        self.pool = self.dp_size * self.cp_size
+        self.cp_token = float(cp_token)
+        self.cp_group = float(cp_group)
+
+    def get_groups_and_subsamples(self, sample_id_seqlens):
+        """Schedules ``sample_id_seqlens`` (``[(id, seqlen), ...]``, ids
+        unique) over the dp x cp GPUs with dynamic CP.
+
+        Returns ``sample_id_groups``: ``sample_id_groups[i][j]`` is the list
+        of sample ids GPU ``j`` (its rank in the dp-cp group) trains in
+        micro-batch ``i`` (ids ascending). The GPUs with one list form that
+        micro-batch's CP group: consecutive, starting at a multiple of their
+        count. Every id appears in exactly one group of one micro-batch; no
+        list is empty; a group of c GPUs holds at most ``c x
+        max_seqlen_per_dp_cp_rank`` tokens once aligned to 2c; the count is
+        a multiple of ``microbatch_group_size_per_vp_stage``. An empty input
+        gives ``[]``.
+
+        Raises InvalidArgument (a ValueError) for malformed input, and
+        SchedulingError (also an AssertionError) when no such schedule
+        exists (a sample longer than the pool holds, or too few samples for
+        the micro-batch multiple)."""
+        ids, lengths = _pairs(sample_id_seqlens)
+        n = int(ids.size)
+        if n == 0:
+            return []
+        cap, pool = self.max_seqlen_per_dp_cp_rank, self.pool
+        over = np.flatnonzero(np.array([_aligned(int(a), pool) for a in lengths]) > pool * cap)
+        if over.size:
+            k = int(over[0])
+            raise SchedulingError(
+                f"sample_id_seqlens[{k}]: sample {int(ids[k])} has seqlen {int(lengths[k])}, more than the "
+                f"dp_size {self.dp_size} x cp_size {self.cp_size} GPUs hold at max_seqlen_per_dp_cp_rank {cap}"
+            )
+        if n < self.microbatch_multiple:
+            raise SchedulingError(
+                f"sample_id_seqlens: {n} samples cannot fill microbatch_group_size_per_vp_stage "
+                f"{self.microbatch_multiple} non-empty micro-batches"
+            )
+        client = self.client or default_client()
+        try:
+            plan = client.plan(
+                lengths,
+                dp=self.dp_size,
+                cp=self.cp_size,
+                max_tokens=cap,
+                dynamic_cp=True,
+                cost=self.cost,
+                cp_token=self.cp_token,
+                cp_group=self.cp_group,
+            )
+        except FailedPrecondition as exc:
+            raise SchedulingError(f"sample_id_seqlens: no dynamic-CP schedule (the planner: {exc.message})") from None
+        # A slot is a list of (first GPU, size, sequence indices).
+        slots = []
+        for slot in plan.slots:
+            groups = [(int(g.first_gpu), int(g.size), [int(s) for s in g.seqs]) for g in slot.groups]
+            if sum(size for _, size, _ in groups) != pool:
+                # Some GPU is idle, which Megatron's format cannot say: the
+                # slot becomes one group of the whole pool when its samples
+                # fit the cap there.
+                seqs = [s for _, _, q in groups for s in q]
+                if not self._fits_pool(seqs, lengths):
+                    raise SchedulingError(
+                        f"sample_id_seqlens: micro-batch {len(slots)} leaves a GPU idle and its samples do not fit "
+                        f"max_seqlen_per_dp_cp_rank {cap} on all {pool} GPUs"
+                    )
+                groups = [(0, pool, seqs)]
+            slots.append(groups)
+        self._round_to_multiple(slots, lengths)
+        out = []
+        for groups in slots:
+            row = [None] * pool
+            for first, size, seqs in groups:
+                members = sorted(int(ids[s]) for s in seqs)
+                for g in range(first, first + size):
+                    row[g] = list(members)
+            out.append(row)
+        return out
+
+    def _round_to_multiple(self, slots: list, lengths) -> None:
+        """Makes the slot count a multiple of the VPP group, in place:
+        upwards by adding slots where the samples allow it, else downwards
+        by merging slots; SchedulingError when neither keeps the cap."""
+        m = self.microbatch_multiple
+        if len(slots) % m == 0:
+            return
+        grown = [list(groups) for groups in slots]
+        if self._grow(grown, lengths):
+            slots[:] = grown
+        elif len(slots) > m and self._shrink(slots, lengths):
+            pass
+        else:
+            raise SchedulingError(
+                f"sample_id_seqlens: {sum(len(q) for g in slots for _, _, q in g)} samples cannot fill a "
+                f"multiple of microbatch_group_size_per_vp_stage {m} micro-batches under "
+                f"max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank}"
+            )
+
+    def _fits_pool(self, seqs, lengths) -> bool:
+        """Whether ``seqs`` fit the cap as one group of the whole pool."""
+        pool = self.pool
+        return sum(_aligned(int(lengths[x]), pool) for x in seqs) <= pool * self.max_seqlen_per_dp_cp_rank
+
+    def _grow(self, slots: list, lengths) -> bool:
+        """Adds slots until the count divides. A new slot is one group of
+        the whole pool holding the shortest sample of a group of several
+        (its old group only gets lighter; the sample needs no more per GPU
+        across the pool than in its group, as a length aligned to 2 x pool
+        over pool is at most the same length aligned to 2c over c); failing
+        that, a slot of several groups becomes two whole-pool slots when
+        both fit the cap. False when neither is possible."""
+        m, pool = self.microbatch_multiple, self.pool
+        while len(slots) % m:
+            best = None
+            for j, groups in enumerate(slots):
+                for k, (_, _, seqs) in enumerate(groups):
+                    if len(seqs) > 1:
+                        s = min(seqs, key=lambda x: int(lengths[x]))
+                        if best is None or lengths[s] < lengths[best[2]]:
+                            best = (j, k, s)
+            if best is not None:
+                j, k, s = best
+                first, size, seqs = slots[j][k]
+                slots[j][k] = (first, size, [x for x in seqs if x != s])
+                slots.append([(0, pool, [s])])
+                continue
+            for j, groups in enumerate(slots):
+                if len(groups) > 1:
+                    seqs = sorted((s for _, _, q in groups for s in q), key=lambda x: -int(lengths[x]))
+                    halves = (seqs[0::2], seqs[1::2])
+                    if all(self._fits_pool(h, lengths) for h in halves):
+                        slots[j] = [(0, pool, halves[0])]
+                        slots.append([(0, pool, halves[1])])
+                        break
+            else:
+                return False
+        return True
+
+    def _shrink(self, slots: list, lengths) -> bool:
+        """Merges the two lightest slots into one whole-pool slot until the
+        count divides; False (slots unchanged) when a merge breaks the cap."""
+        m, pool = self.microbatch_multiple, self.pool
+        work = [list(groups) for groups in slots]
+        while len(work) % m:
+            load = [sum(_aligned(int(lengths[x]), pool) for _, _, q in g for x in q) for g in work]
+            a, b = sorted(range(len(work)), key=lambda j: load[j])[:2]
+            seqs = [x for j in (a, b) for _, _, q in work[j] for x in q]
+            if not self._fits_pool(seqs, lengths):
+                return False
+            work = [g for j, g in enumerate(work) if j not in (a, b)] + [[(0, pool, seqs)]]
+        slots[:] = work
+        return True
+
+    def __repr__(self) -> str:
+        return (
+            f"packd.megatron.BalancedCPScheduler(max_seqlen_per_dp_cp_rank={self.max_seqlen_per_dp_cp_rank}, "
+            f"cp_size={self.cp_size}, dp_size={self.dp_size}, "
+            f"microbatch_group_size_per_vp_stage={self.microbatch_group_size_per_vp_stage})"
+        )
+
+
 # packd's schedulers for Megatron-Core's registry, one row each: the name a
 # config gives as ``sequence_packing_scheduler``, Megatron's own scheduler it
 # can stand in for (``patch(replace=...)``), and the class.
 SCHEDULERS = {
     "packd_dp_balanced": ("dp_balanced", DpBalancedScheduler),
+    "packd_balanced_cp": ("default_dynamic_cp", BalancedCPScheduler),
 }
 
 _DATA_SCHEDULE = "megatron.core.datasets.data_schedule"
@@ -326,6 +528,7 @@ class MegatronPatch:
     def __init__(self, replace: tuple):
         self.replace = replace
         self.replaced: list = []  # "scheduler_map[NAME]" labels, in order
+        self.skipped: list = []  # stand-ins replace=True found no Megatron scheduler for
         self._undo: list = []  # callables restoring one change each
         self.active = False
 
@@ -378,7 +581,10 @@ def patch(replace=False) -> MegatronPatch:
     every row of ``SCHEDULERS`` under its own name (a config then selects it
     with ``sequence_packing_scheduler="packd_dp_balanced"``), and, for the
     Megatron names in ``replace`` (True: all packd can stand in for, e.g.
-    ``"dp_balanced"``), packd's class in place of Megatron's.
+    ``"dp_balanced"``), packd's class in place of Megatron's. With
+    ``replace=True`` a Megatron scheduler this version lacks (the dynamic-CP
+    ``"default_dynamic_cp"`` is not in every version) is skipped and logged
+    (``handle.skipped``); named explicitly, its absence is an ImportError.
 
     Applied once per process: a second call with the same ``replace``
     returns the active handle; one with another ``replace`` raises
@@ -406,11 +612,17 @@ def patch(replace=False) -> MegatronPatch:
                 _put(handle, registry, key, cls)
                 if stands_for in names:
                     theirs = enum_cls._member_map_.get(stands_for.upper())
-                    if theirs is None:
+                    if theirs is not None:
+                        _put(handle, registry, theirs, cls)
+                    elif replace is True:
+                        # Megatron-Core versions differ in which schedulers
+                        # they have; replace=True stands in for those present.
+                        handle.skipped.append(stands_for)
+                        _log.info("packd: this Megatron-Core has no scheduler %r; not replaced", stands_for)
+                    else:
                         raise ImportError(
                             f"packd.megatron.patch(): this Megatron-Core has no scheduler {stands_for!r} to replace"
                         )
-                    _put(handle, registry, theirs, cls)
         except BaseException:
             for restore in reversed(handle._undo):
                 restore()

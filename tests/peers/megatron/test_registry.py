@@ -52,7 +52,7 @@ else:
             assert config_lookup("dp_balanced") is ds.DpBalancedScheduler
             assert ds.PackingSchedulerEnum("packd_dp_balanced").name == "PACKD_DP_BALANCED"
             assert packd.megatron.patch() is handle
-            with pytest.raises(ValueError, match="undo\\(\\) it before patching with replace=\\['dp_balanced'\\]"):
+            with pytest.raises(ValueError, match="undo\\(\\) it before patching with replace=\\['default_dynamic_cp', 'dp_balanced'\\]"):
                 packd.megatron.patch(replace=True)
         assert list(ds.PackingSchedulerEnum) == members
         assert ds.scheduler_map == registry
@@ -64,7 +64,15 @@ else:
         with packd.megatron.patch(replace=True) as handle:
             assert config_lookup("dp_balanced") is DpBalancedScheduler
             assert config_lookup("packd_dp_balanced") is DpBalancedScheduler
-            assert handle.replaced == ["scheduler_map[PACKD_DP_BALANCED]", "scheduler_map[DP_BALANCED]"]
+            assert config_lookup("packd_balanced_cp") is packd.megatron.BalancedCPScheduler
+            assert handle.replaced[:2] == ["scheduler_map[PACKD_DP_BALANCED]", "scheduler_map[DP_BALANCED]"]
+            assert handle.replaced[2] == "scheduler_map[PACKD_BALANCED_CP]"
+            # Megatron's dynamic-CP scheduler is replaced where this version has it.
+            if "DEFAULT_DYNAMIC_CP" in ds.PackingSchedulerEnum.__members__:
+                assert config_lookup("default_dynamic_cp") is packd.megatron.BalancedCPScheduler
+                assert handle.replaced[3:] == ["scheduler_map[DEFAULT_DYNAMIC_CP]"] and not handle.skipped
+            else:
+                assert handle.replaced[3:] == [] and handle.skipped == ["default_dynamic_cp"]
         assert config_lookup("dp_balanced") is ds.DpBalancedScheduler
 
     def test_built_as_megatron_builds_it():
