@@ -41,7 +41,7 @@ if [ -n "${PACKD_VERL_SRC:-}" ]; then
     deselect=(--deselect tests/utils/test_seqlen_balancing.py::test_seqlen_balancing_distributed_params)
   fi
   own_tests verl "$PACKD_VERL_SRC" tests/utils/test_seqlen_balancing.py \
-    tests/utils/test_prepare_micro_batches_with_group_size.py "${deselect[@]}"
+    tests/utils/test_prepare_micro_batches_with_group_size.py tests/utils/test_dynamic_cp_scheduler.py "${deselect[@]}"
 fi
 if [ -n "${PACKD_ROLL_SRC:-}" ]; then
   own_tests roll "$PACKD_ROLL_SRC" tests/utils/test_dynamic_batching.py tests/utils/test_sequence_packing.py \

@@ -29,13 +29,15 @@ import verl.utils.seqlen_balancing as sb
 from verl import DataProto
 import packd.verl
 defined = [n for n in packd.verl._VERL_TARGETS if hasattr(sb, n)]
+import importlib.util
+has_dcp = importlib.util.find_spec(packd.verl._VERL_DCP_MODULE) is not None
 handle = packd.verl.patch()
 again = packd.verl.patch()
 mask = (torch.arange(100)[None, :] < torch.tensor([90, 80, 70, 60, 50, 40, 30, 20])[:, None]).long()
 data = DataProto.from_dict({"attention_mask": mask, "input_ids": mask})
 micro, idx = sb.prepare_dynamic_batch(data, max_token_len=150)
 print(json.dumps({"version": __import__("verl").__version__, "defined": defined, "replaced": handle.replaced,
-                  "skipped": handle.skipped, "same": again is handle, "records": records,
+                  "skipped": handle.skipped, "has_dcp": has_dcp, "same": again is handle, "records": records,
                   "parts": idx, "micro_type": type(micro[0]).__name__}))
 """
 
@@ -57,7 +59,12 @@ def test_patch_on_each_release(path):
     module = "verl.utils.seqlen_balancing."
     own = [r[len(module):] for r in got["replaced"] if r.startswith(module)]
     assert own == got["defined"], "exactly the names this release defines"
-    assert got["skipped"] == [module + n for n in packd.verl._VERL_TARGETS if n not in got["defined"]]
+    dcp = [f"{packd.verl._VERL_DCP_MODULE}.{n}" for n in packd.verl._VERL_DCP_TARGETS]
+    # Releases before 0.9 have no dynamic CP: its scheduler hook is skipped.
+    assert all(d in got["replaced"] for d in dcp) == got["has_dcp"]
+    assert got["skipped"] == [module + n for n in packd.verl._VERL_TARGETS if n not in got["defined"]] + (
+        [] if got["has_dcp"] else dcp
+    )
     warnings = [m for level, m in got["records"] if level == "WARNING"]
     assert len(warnings) == (1 if got["skipped"] else 0)
     assert sum("replaced" in m for _, m in got["records"]) == 1 and got["same"]

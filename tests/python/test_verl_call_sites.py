@@ -286,7 +286,11 @@ def test_patch_replaces_imported_names_logs_once_and_undoes(fake_verl, caplog):
     assert actor.restore is verl.restore_dynamic_batch, "found by identity under another name"
     assert "verl.workers.dp_actor.restore" in handle.replaced
     assert sb.calculate_workload is verl.calculate_workload, "the helpers feeding the plan are packd's too"
-    assert handle.skipped == ["verl.utils.seqlen_balancing.ceildiv", "verl.utils.seqlen_balancing.roundup_divisible"]
+    assert handle.skipped == [
+        "verl.utils.seqlen_balancing.ceildiv",
+        "verl.utils.seqlen_balancing.roundup_divisible",
+        "verl.utils.dynamic_cp_scheduler.get_megatron_dynamic_cp_scheduler_cls",
+    ]
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and "ceildiv" in warned[0] and "roundup_divisible" in warned[0], "skips named once"
     mask = torch.ones(5, 30, dtype=torch.int64)

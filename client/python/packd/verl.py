@@ -55,6 +55,7 @@ __all__ = [
     "get_reverse_idx",
     "balance_batch",
     "balance_metrics",
+    "get_megatron_dynamic_cp_scheduler_cls",
     "patch",
 ]
 
@@ -505,14 +506,41 @@ _VERL_TARGETS = (
 )
 
 
+def get_megatron_dynamic_cp_scheduler_cls() -> type:
+    """The scheduler class verl's ``DynamicCPScheduler.schedule`` builds
+    (in verl, Megatron-Core's dynamic-CP scheduler): packd's
+    ``packd.megatron.BalancedCPScheduler``, which has Megatron's
+    constructor and output format, plans with packd's dynamic-CP planner
+    and needs no Megatron-Core. Its schedules pass verl's checks by
+    construction: every rank has work, a group's ranks are contiguous and
+    start at a multiple of their count."""
+    from .megatron import BalancedCPScheduler
+
+    return BalancedCPScheduler
+
+
+# verl's dynamic context parallelism asks this module for the scheduler
+# class (Megatron-Core's in verl; verl releases before 0.9 have no module).
+_VERL_DCP_MODULE = "verl.utils.dynamic_cp_scheduler"
+_VERL_DCP_TARGETS = ("get_megatron_dynamic_cp_scheduler_cls",)
+
+
 def patch():
     """Replaces verl's balancing and dynamic batching with packd's, in
     ``verl.utils.seqlen_balancing`` and in every loaded module that imported
-    them by name (the trainers, engines, workers). What this verl version
+    them by name (the trainers, engines, workers), and the dynamic-CP
+    scheduler verl's ``DynamicCPScheduler`` builds with packd's
+    (``verl.utils.dynamic_cp_scheduler``, where this verl has it). What this verl version
     does not define is skipped (a release before
     ``get_group_balanced_partitions``, say) and named in one warning; only
     a verl with none of them fails. Logs once what it replaced (logger
     "packd"); calling it again returns the same handle. Returns a handle
     whose ``undo()`` restores verl's functions."""
     g = globals()
-    return _patch.apply("verl", {"verl.utils.seqlen_balancing": {name: g[name] for name in _VERL_TARGETS}})
+    return _patch.apply(
+        "verl",
+        {
+            "verl.utils.seqlen_balancing": {name: g[name] for name in _VERL_TARGETS},
+            _VERL_DCP_MODULE: {name: g[name] for name in _VERL_DCP_TARGETS},
+        },
+    )
