@@ -4,7 +4,8 @@ and 1 GPUs (tests/e2e/dcp_helpers.py: routing to the groups, per-group
 shards with packd.gpu, attention inside each group by hand in fp64,
 restore to sample order on rank 0), and the loss, every parameter gradient
 and the unpacked logits and token log-probs equal the padded
-single-process baseline within 1e-9 of each tensor's scale."""
+single-process baseline within 1e-9 of each tensor's scale; by hand-made
+plans, random ones, and packd's own through packd.megatron's scheduler."""
 
 import numpy as np
 import pytest
@@ -86,6 +87,31 @@ def test_dynamic_cp_random_plan_equals_padded(tmp_path, seed, layout):
     job = dict(cfg=CFG.as_dict(), slots=slots, layout=layout, tp=1, ids=batch.ids, mask=batch.mask,
                resp=batch.resp, loss_tokens=batch.loss_tokens)
     out = spawn(WORLD, job, tmp_path)
+    ref_loss, ref_logits, ref_logp, ref_grads = baseline(batch)
+    assert_close(torch.tensor(out[0]["loss"]), torch.tensor(ref_loss), REL, "loss")
+    assert_close(out[0]["logits"], ref_logits, REL, "unpacked logits")
+    assert_close(out[0]["logp"], ref_logp, REL, "unpacked token log-probs")
+    assert_grads_close(out[0]["grads"], ref_grads, REL)
+
+
+@pytest.mark.parametrize("layout,tp", [("zigzag", 1), ("contiguous", 2)])
+def test_packd_dynamic_cp_plan_equals_padded(tmp_path, layout, tp):
+    """packd's own plan, in the Megatron format packd.megatron's
+    BalancedCPScheduler gives (dp 2 x cp 2, 8 tokens per GPU), run as the
+    step's slots: its groups change size from slot to slot, and the step
+    still equals the padded baseline."""
+    from packd.megatron import BalancedCPScheduler
+
+    batch = make_batch(PROMPTS, RESPONSES, vocab=CFG.vocab, seed=23)
+    lengths = batch.mask.sum(axis=1)
+    sched = BalancedCPScheduler(8, 2, 2, None)
+    slots = sched.get_groups_and_subsamples([(i, int(n)) for i, n in enumerate(lengths)])
+    sizes = [[sum(ids == own for ids in slot) for own in slot] for slot in slots]
+    assert {c for row in sizes for c in row} == {1, 2, 4}, "the plan mixes groups of 4, 2 and 1"
+    job = dict(cfg=CFG.as_dict(), slots=slots, layout=layout, tp=tp, ids=batch.ids, mask=batch.mask,
+               resp=batch.resp, loss_tokens=batch.loss_tokens)
+    out = spawn(WORLD, job, tmp_path)
+    assert [o["sizes"] for o in out] == [[row[r] for row in sizes] for r in range(WORLD)]
     ref_loss, ref_logits, ref_logp, ref_grads = baseline(batch)
     assert_close(torch.tensor(out[0]["loss"]), torch.tensor(ref_loss), REL, "loss")
     assert_close(out[0]["logits"], ref_logits, REL, "unpacked logits")
