@@ -176,6 +176,26 @@ def test_bad_arguments(args, message):
         BalancedCPScheduler(*args)
 
 
+@pytest.mark.parametrize("name, value", [("cp_token", -1.0), ("cp_group", float("nan")), ("cp_token", "1")])
+def test_bad_cp_costs(name, value):
+    with pytest.raises(InvalidArgument, match=f"{name}: expected a finite number >= 0, got"):
+        BalancedCPScheduler(100, 2, 2, None, **{name: value})
+
+
+def test_cp_costs_reach_the_planner(client):
+    """With CP free the short samples may spread over the pool; priced,
+    they train on one GPU each, side by side in one micro-batch."""
+    pairs = list(enumerate([3000, 2900, 2800, 2700, 200, 150, 100, 50]))
+    free = BalancedCPScheduler(1024, 2, 2, None, client=client)
+    priced = BalancedCPScheduler(1024, 2, 2, None, client=client, cp_token=1.0, cp_group=1e6)
+    a, b = free.get_groups_and_subsamples(pairs), priced.get_groups_and_subsamples(pairs)
+    check_schedule(free, pairs, a)
+    check_schedule(priced, pairs, b)
+    short = {4, 5, 6, 7}
+    assert all(size == 1 for row in b for _, size, ids in groups_of(row) if set(ids) <= short)
+    assert len(b) < len(a)
+
+
 def test_bad_samples(client):
     sched = BalancedCPScheduler(100, 2, 2, None, client=client)
     with pytest.raises(InvalidArgument, match=r"sample_id_seqlens\[1\]: id 0 repeats sample_id_seqlens\[0\]"):

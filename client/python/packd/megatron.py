@@ -10,6 +10,12 @@ per DP x CP rank, which samples that rank packs. Every rank must compute the
 same answer: packd's plans are deterministic (the same request gives the
 same plan, embedded or from a server), so they are.
 
+``BalancedCPScheduler`` is the dynamic-CP counterpart, after Megatron-Core's
+scheduler of that name: the same constructor and output format, the dp x
+cp GPUs cut into CP groups of varying size per micro-batch, planned by
+packd's dynamic-CP planner with the per-GPU cap hard (docs/python.md,
+"Megatron-Core and verl (dynamic CP)").
+
 ``DpBalancedScheduler`` here has the constructor, methods and output format
 of Megatron-Core's ``DpBalancedScheduler`` and differs where packd is better
 by design (the differences table in docs/python.md):
@@ -42,6 +48,7 @@ when that is set, or to the ``client=`` given to the constructor.
 from __future__ import annotations
 
 import logging
+import math
 import numbers
 import threading
 
@@ -252,6 +259,14 @@ class DpBalancedScheduler:
         )
 
 
+def _cost_arg(name: str, value) -> float:
+    """``value`` as a finite float >= 0; InvalidArgument naming ``name``
+    and the value otherwise."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) or value < 0:
+        raise InvalidArgument(f"{name}: expected a finite number >= 0, got {value!r}")
+    return float(value)
+
+
 def _aligned(length: int, size: int) -> int:
     """A sequence's tokens in a zigzag group of ``size`` GPUs (TP 1): a
     multiple of 2 x size, as the planner aligns it; unaligned at size 1."""
@@ -292,8 +307,8 @@ class BalancedCPScheduler(DpBalancedScheduler):
             max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage, client=client, cost=cost
         )
         self.pool = self.dp_size * self.cp_size
-        self.cp_token = float(cp_token)
-        self.cp_group = float(cp_group)
+        self.cp_token = _cost_arg("cp_token", cp_token)
+        self.cp_group = _cost_arg("cp_group", cp_group)
 
     def get_groups_and_subsamples(self, sample_id_seqlens):
         """Schedules ``sample_id_seqlens`` (``[(id, seqlen), ...]``, ids
