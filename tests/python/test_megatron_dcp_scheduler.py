@@ -109,6 +109,21 @@ def test_schedule_is_deterministic(client, req):
     assert a == BalancedCPScheduler(*args, client=client).get_groups_and_subsamples(pairs)
 
 
+@settings(max_examples=40, deadline=None)
+@given(requests(), st.sampled_from([2, 4]))
+def test_min_cp_size(client, req, least):
+    """Megatron's ``min_cp_size``: no group smaller, every other rule kept."""
+    (per_gpu, cp, dp, group), pairs = req
+    if dp * cp < least:
+        with pytest.raises(InvalidArgument, match=f"min_cp_size: {least} is more than"):
+            BalancedCPScheduler(per_gpu, cp, dp, group, min_cp_size=least)
+        return
+    sched = BalancedCPScheduler(per_gpu, cp, dp, group, min_cp_size=least, client=client)
+    out = sched.get_groups_and_subsamples(pairs)
+    check_schedule(sched, pairs, out)
+    assert all(size >= least for row in out for _, size, _ in groups_of(row))
+
+
 def test_long_sample_spans_groups_and_short_ones_share_a_gpu(client):
     """The worked batch: the longest sample takes every GPU, short samples
     train alone on one GPU (groups of 1), so the group sizes vary."""

@@ -145,6 +145,9 @@ class DpBalancedScheduler:
     ``max_seqlen_per_dp_cp_rank * cp_size``).
     """
 
+    # Megatron-Core's packing pipeline reads this (fixed CP here).
+    is_dynamic_cp = False
+
     def __init__(
         self,
         max_seqlen_per_dp_cp_rank,
@@ -288,8 +291,13 @@ class BalancedCPScheduler(DpBalancedScheduler):
     are one pool in Megatron's dp-cp order; every micro-batch cuts it into
     groups of consecutive GPUs (a power of two at a multiple of its size,
     or the whole pool), each training its samples as one stream split over
-    its GPUs. ``max_seqlen_per_dp_cp_rank`` is the hard per-GPU cap.
+    its GPUs. ``max_seqlen_per_dp_cp_rank`` is the hard per-GPU cap;
+    ``min_cp_size`` (Megatron's keyword, default 1) is the smallest group.
     """
+
+    # Megatron-Core's packing pipeline (``run``) reads this to tell a
+    # dynamic-CP scheduler from a fixed-CP one.
+    is_dynamic_cp = True
 
     def __init__(
         self,
@@ -298,6 +306,7 @@ class BalancedCPScheduler(DpBalancedScheduler):
         dp_size,
         microbatch_group_size_per_vp_stage=None,
         *,
+        min_cp_size=1,
         client=None,
         cost=None,
         cp_token: float = 0.0,
@@ -307,6 +316,12 @@ class BalancedCPScheduler(DpBalancedScheduler):
             max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage, client=client, cost=cost
         )
         self.pool = self.dp_size * self.cp_size
+        self.min_cp_size = _int_arg("min_cp_size", min_cp_size, 1)
+        if self.min_cp_size > self.pool:
+            raise InvalidArgument(
+                f"min_cp_size: {self.min_cp_size} is more than the dp_size {self.dp_size} x cp_size "
+                f"{self.cp_size} = {self.pool} GPUs"
+            )
         self.cp_token = _cost_arg("cp_token", cp_token)
         self.cp_group = _cost_arg("cp_group", cp_group)
 
@@ -352,7 +367,7 @@ class BalancedCPScheduler(DpBalancedScheduler):
                 dp=self.dp_size,
                 cp=self.cp_size,
                 max_tokens=cap,
-                dynamic_cp=True,
+                dynamic_cp={"min_size": self.min_cp_size} if self.min_cp_size > 1 else True,
                 cost=self.cost,
                 cp_token=self.cp_token,
                 cp_group=self.cp_group,
