@@ -71,14 +71,19 @@ def check_schedule(sched, pairs, out):
 @st.composite
 def requests(draw):
     """A feasible request: pool, cap, VPP group, then lengths that fit the
-    pool and enough samples for the VPP group, with arbitrary unique ids."""
+    pool, with arbitrary unique ids. The sample count is a multiple of the
+    VPP group: every sample alone in a whole-pool micro-batch is a schedule,
+    and splitting a micro-batch adds one, so every count from the least up
+    to n exists and one of them is a multiple of the group. (With n not a
+    multiple, 64 per GPU on one GPU, group 2 and lengths 11, 54, 54 need 3
+    micro-batches and cannot have 4: no schedule exists.)"""
     dp = draw(st.integers(1, 8))
     cp = draw(st.sampled_from([1, 2, 4]))
     group = draw(st.sampled_from([None, 1, 2, 4]))
     per_gpu = draw(st.integers(64, 4096))
     pool = dp * cp
     longest = per_gpu * pool - 2 * pool
-    n = draw(st.integers(group or 1, 80))
+    n = (group or 1) * draw(st.integers(1, 80 // (group or 1)))
     lengths = draw(
         st.lists(
             st.one_of(st.integers(1, per_gpu), st.integers(1, max(1, longest))), min_size=n, max_size=n
@@ -165,6 +170,15 @@ def test_vpp_multiple_needs_enough_samples(client):
         sched.get_groups_and_subsamples([(0, 10), (1, 10), (2, 10)])
     with pytest.raises(AssertionError):
         sched.get_groups_and_subsamples([(0, 10), (1, 10), (2, 10)])
+
+
+def test_vpp_multiple_past_the_sample_count_is_refused(client):
+    """The cap forces 3 micro-batches (54 + 11 > 64 on one GPU) and the VPP
+    group asks for a multiple of 2, but 3 samples cannot fill 4: no schedule
+    exists, and the scheduler says so instead of breaking the cap."""
+    sched = BalancedCPScheduler(64, 1, 1, 2, client=client)
+    with pytest.raises(SchedulingError, match="3 samples cannot fill a multiple of microbatch_group_size_per_vp_stage 2"):
+        sched.get_groups_and_subsamples([(0, 11), (1, 54), (2, 54)])
 
 
 def test_sample_longer_than_the_pool(client):
