@@ -4,8 +4,10 @@
  * scatter of measured against predicted times.
  *
  * Input: JSON lines, one measured micro-batch each,
- *   {"lengths": [L1, L2, ...], "seconds": T}
- * (other keys are ignored; blank lines are skipped). The fit itself is
+ *   {"lengths": [L1, L2, ...], "seconds": T, "cp": C}
+ * ("cp", the context-parallel group size the micro-batch ran on, is
+ * optional and 1 by default; other keys are ignored; blank lines are
+ * skipped). The CP cost terms are fitted only when some record has C > 1. The fit itself is
  * packctl_fit.c. Every problem with the input names the file, the line and
  * the field, and exits with PACKCTL_EXIT_USAGE. */
 #include <errno.h>
@@ -29,7 +31,9 @@
 #include "packctl_svg.h"
 #include "pk_error.h"
 
-#define P PACKCTL_FIT_TERMS
+/* Records are read with every feature; a fit without CP timings uses the
+ * first PACKCTL_FIT_TERMS of them. */
+#define P PACKCTL_FIT_MAX_TERMS
 
 enum { OPT_FORMAT = 256, OPT_OUT, OPT_ALIGN };
 
@@ -40,10 +44,12 @@ typedef struct calib_opts {
   uint32_t align;
 } calib_opts_t;
 
-/* The records read: n rows of features, the times and their line
- * numbers. */
+/* The records read: n rows of p features (P while reading), the times
+ * and their line numbers; cp tells whether some record has a CP group of
+ * more than one GPU. */
 typedef struct records {
-  size_t n, cap;
+  size_t n, cap, p;
+  bool cp;
   double *x, *t;
   size_t *line;
 } records_t;
@@ -56,7 +62,12 @@ static void calibrate_usage(FILE *f) {
         "+ quadratic * sum(a^2), for a micro-batch of k sequences of lengths a.\n"
         "\n"
         "TIMINGS holds JSON lines, one measured micro-batch each (packd.timing writes\n"
-        "them): {\"lengths\": [L1, L2, ...], \"seconds\": T}; '-' reads stdin.\n"
+        "them): {\"lengths\": [L1, L2, ...], \"seconds\": T}; '-' reads stdin. A record\n"
+        "may add \"cp\": C, the context-parallel group size it ran on (default 1); when\n"
+        "some record has C > 1 the fit is dynamic CP's per-GPU cost, seconds =\n"
+        "per_micro_batch + cp_group * (C-1) + per_sequence * k + (linear * sum(a)\n"
+        "+ quadratic * sum(a^2)) / C + cp_token * sum(a) * (C-1) / C, and cp_group and\n"
+        "cp_token are printed too.\n"
         "\n"
         "options:\n"
         "  --format F       summary (default) | json | svg (measured against predicted)\n"
@@ -165,9 +176,34 @@ static bool nonfinite_seconds(const char *line, size_t len, char *token, size_t 
   return false;
 }
 
-/* The features and time of one line into x and *t. */
+/* The CP group size of a record: "cp", an integer in [1, PACKCTL_FIT_MAX_CP],
+ * 1 when absent. */
+static int parse_cp(const char *name, size_t lineno, const json_t *v, uint32_t *cp, char *err,
+                    size_t errlen) {
+  char text[64];
+  *cp = 1;
+  if (v == NULL)
+    return 0;
+  if (!json_is_integer(v)) {
+    value_text(v, text, sizeof text);
+    return packctl_fail(err, errlen, PK_EINVAL,
+                        "%s:%zu: cp: expected an integer group size >= 1, got %s", name, lineno,
+                        text);
+  }
+  json_int_t c = json_integer_value(v);
+  if (c < 1 || c > (json_int_t)PACKCTL_FIT_MAX_CP)
+    return packctl_fail(err, errlen, PK_EINVAL,
+                        "%s:%zu: cp: %lld is %s (a CP group holds 1 to %u GPUs)", name, lineno,
+                        (long long)c, c < 1 ? "below 1" : "too large", PACKCTL_FIT_MAX_CP);
+  *cp = (uint32_t)c;
+  return 0;
+}
+
+/* The features and time of one line into x and *t, and its CP group size
+ * into *cp. */
 static int parse_record(const char *name, size_t lineno, const char *line, size_t len,
-                        uint32_t align, double *x, double *t, char *err, size_t errlen) {
+                        uint32_t align, double *x, double *t, uint32_t *cp, char *err,
+                        size_t errlen) {
   json_error_t jerr;
   json_t *root = json_loadb(line, len, JSON_REJECT_DUPLICATES, &jerr);
   if (root == NULL) {
@@ -250,7 +286,10 @@ static int parse_record(const char *name, size_t lineno, const char *line, size_
                       lineno, text, isfinite(s) ? "negative" : "not finite");
     goto done;
   }
-  packctl_fit_features(lengths, k, align, x);
+  rc = parse_cp(name, lineno, json_object_get(root, "cp"), cp, err, errlen);
+  if (rc != 0)
+    goto done;
+  packctl_fit_features_cp(lengths, k, align, *cp, x);
   *t = s;
 done:
   free(lengths);
@@ -300,7 +339,9 @@ static int read_records(const char *path, uint32_t align, records_t *r, char *er
       q++;
     if (q < end) {
       double x[P], t = 0;
-      rc = parse_record(name, lineno, p, (size_t)(end - p), align, x, &t, err, errlen);
+      uint32_t cp = 1;
+      rc = parse_record(name, lineno, p, (size_t)(end - p), align, x, &t, &cp, err, errlen);
+      r->cp = r->cp || cp > 1;
       if (rc == 0 && records_push(r, x, t, lineno) != 0) {
         snprintf(err, errlen, "%s:%zu: out of memory", name, lineno);
         rc = PK_ENOMEM;
@@ -311,27 +352,34 @@ static int read_records(const char *path, uint32_t align, records_t *r, char *er
   if (rc == 0 && r->n == 0)
     rc = packctl_fail(err, errlen, PK_EINVAL, "%s: no records (%s)", name,
                       size == 0 ? "the file is empty" : "only blank lines");
+  /* Without CP timings the CP features are all 0: keep the first
+   * PACKCTL_FIT_TERMS of every row (moving rows down, never over one not
+   * yet moved). */
+  r->p = r->cp ? P : PACKCTL_FIT_TERMS;
+  for (size_t i = 0; rc == 0 && i < r->n; i++)
+    memmove(&r->x[i * r->p], &r->x[i * P], r->p * sizeof *r->x);
   free(data);
   return rc;
 }
 
 static void write_summary(FILE *f, const char *name, uint32_t align, const packctl_fit_t *fit) {
-  static const char *const units[P] = {"s per micro-batch", "s per sequence", "s per token",
-                                       "s per token^2"};
+  static const char *const units[P] = {"s per micro-batch",   "s per sequence",
+                                       "s per token",         "s per token^2",
+                                       "s per group x (c-1)", "s per token x (c-1)/c"};
   fprintf(f, "packd cost model fitted to %zu micro-batches of %s", fit->samples, name);
   if (align > 1)
     fprintf(f, " (lengths aligned to %u)", align);
   fputs("\n\n", f);
   fprintf(f, "%-18s %-14s %s\n", "coefficient", "value", "unit");
-  for (int j = 0; j < P; j++)
+  for (size_t j = 0; j < fit->terms; j++)
     fprintf(f, "%-18s %-14.6g %s\n", packctl_fit_names[j], fit->coef[j], units[j]);
   fprintf(f, "\n%-18s %.6f\n", "r2", fit->r2);
   fprintf(f, "%-18s %.3f %%\n", "MAPE", 100 * fit->mape);
   /* The flags of `packctl plan`, in exact digits. */
   static const char *const flags[P] = {"--per-micro-batch", "--per-sequence", "--cost-linear",
-                                       "--cost-quadratic"};
+                                       "--cost-quadratic",  "--cp-group",     "--cp-token"};
   fputs("\npackctl plan flags:", f);
-  for (int j = 0; j < P; j++) {
+  for (size_t j = 0; j < fit->terms; j++) {
     char num[32];
     packctl_format_double(fit->coef[j], num, sizeof num);
     fprintf(f, " %s %s", flags[j], num);
@@ -347,6 +395,16 @@ static int write_json(FILE *f, const packctl_fit_t *fit) {
                            "perSequence", fit->coef[PACKCTL_FIT_SEQ], "perMicroBatch",
                            fit->coef[PACKCTL_FIT_MICRO], "r2", fit->r2, "mape", fit->mape,
                            "samples", (json_int_t)fit->samples);
+  /* The CP terms only when they were fitted (their Cost fields after the
+   * others, as in the message). */
+  if (root != NULL && fit->terms > PACKCTL_FIT_TERMS) {
+    json_t *cost = json_object_get(root, "cost");
+    if (json_object_set_new(cost, "cpToken", json_real(fit->coef[PACKCTL_FIT_CP_TOKEN])) != 0 ||
+        json_object_set_new(cost, "cpGroup", json_real(fit->coef[PACKCTL_FIT_CP_GROUP])) != 0) {
+      json_decref(root);
+      return -1;
+    }
+  }
   int rc = root != NULL ? packctl_write_json_value(f, root) : -1;
   json_decref(root);
   return rc;
@@ -363,7 +421,7 @@ static int write_json(FILE *f, const packctl_fit_t *fit) {
 static void write_svg(FILE *f, const char *name, const records_t *r, const packctl_fit_t *fit) {
   double top = 0;
   for (size_t i = 0; i < r->n; i++)
-    top = fmax(top, fmax(r->t[i], packctl_fit_predict(fit->coef, &r->x[i * P])));
+    top = fmax(top, fmax(r->t[i], packctl_fit_predict_terms(r->p, fit->coef, &r->x[i * r->p])));
   double axis = packctl_svg_axis(top);
   double height = SVG_TOP + SVG_PLOT + SVG_BOTTOM, base = SVG_TOP + SVG_PLOT;
   fprintf(f,
@@ -383,6 +441,11 @@ static void write_svg(FILE *f, const char *name, const records_t *r, const packc
           "for k sequences of lengths a</text>\n",
           fit->coef[PACKCTL_FIT_MICRO], fit->coef[PACKCTL_FIT_SEQ], fit->coef[PACKCTL_FIT_LINEAR],
           fit->coef[PACKCTL_FIT_QUAD]);
+  if (fit->terms > PACKCTL_FIT_TERMS)
+    fprintf(f,
+            "<text x=\"12\" y=\"78\">on c GPUs: sums divided by c, plus %.6g (c-1) + %.6g "
+            "sum(a) (c-1)/c</text>\n",
+            fit->coef[PACKCTL_FIT_CP_GROUP], fit->coef[PACKCTL_FIT_CP_TOKEN]);
   /* Grid and ticks, the same on both axes, under the axes. */
   for (int k = 0; k <= 5; k++) {
     double d = SVG_PLOT * k / 5.0, v = axis * k / 5.0;
@@ -410,14 +473,16 @@ static void write_svg(FILE *f, const char *name, const records_t *r, const packc
           SVG_LEFT, base, SVG_LEFT + SVG_PLOT, SVG_TOP);
   double radius = r->n > 2000 ? 1.5 : 3;
   for (size_t i = 0; i < r->n; i++) {
-    const double *x = &r->x[i * P];
-    double pred = packctl_fit_predict(fit->coef, x);
+    const double *x = &r->x[i * r->p];
+    double pred = packctl_fit_predict_terms(r->p, fit->coef, x);
     fprintf(f,
             "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"%.1f\" fill=\"#4c78a8\" fill-opacity=\"0.6\">"
             "<title>line %zu: %.0f seqs, %.0f tokens, measured %.6g s, predicted %.6g s</title>"
             "</circle>\n",
             SVG_LEFT + SVG_PLOT * r->t[i] / axis, base - SVG_PLOT * pred / axis, radius, r->line[i],
-            x[PACKCTL_FIT_SEQ], x[PACKCTL_FIT_LINEAR], r->t[i], pred);
+            x[PACKCTL_FIT_SEQ],
+            x[PACKCTL_FIT_LINEAR] + (r->p > PACKCTL_FIT_CP_TOKEN ? x[PACKCTL_FIT_CP_TOKEN] : 0),
+            r->t[i], pred);
   }
   /* Legend. */
   double lx = SVG_LEFT + SVG_PLOT + 24, ly = SVG_TOP + 12;
@@ -449,7 +514,7 @@ int packctl_cmd_calibrate(int argc, char **argv) {
     goto done;
   }
   const char *name = strcmp(o.input, "-") == 0 ? "stdin" : o.input;
-  if (packctl_fit(r.x, r.t, r.n, &fit, err, sizeof err) != PACKCTL_FIT_OK) {
+  if (packctl_fit_terms(r.x, r.t, r.n, r.p, &fit, err, sizeof err) != PACKCTL_FIT_OK) {
     fprintf(stderr, "packctl calibrate: %s: %s\n", name, err);
     status = PACKCTL_EXIT_USAGE;
     goto done;

@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#define P PACKCTL_FIT_TERMS
+/* Array sizes: the most terms a fit has. */
+#define P PACKCTL_FIT_MAX_TERMS
 
-const char *const packctl_fit_names[P] = {"per_micro_batch", "per_sequence", "linear", "quadratic"};
+const char *const packctl_fit_names[P] = {"per_micro_batch", "per_sequence", "linear",
+                                          "quadratic",       "cp_group",     "cp_token"};
 
 /* The records cannot tell coefficients apart when the least eigenvalue of
  * the scaled normal matrix (unit diagonal, eigenvalues summing to 4) is
@@ -22,7 +24,8 @@ const char *const packctl_fit_names[P] = {"per_micro_batch", "per_sequence", "li
  * rounding of sums over millions of records (about 1e-16 per record). */
 #define PACKCTL_FIT_MIN_EIGEN 1e-12
 
-void packctl_fit_features(const uint32_t *lengths, size_t k, uint32_t align, double x[P]) {
+void packctl_fit_features(const uint32_t *lengths, size_t k, uint32_t align,
+                          double x[PACKCTL_FIT_TERMS]) {
   double sum = 0, sq = 0;
   for (size_t i = 0; i < k; i++) {
     uint64_t a = lengths[i];
@@ -37,11 +40,27 @@ void packctl_fit_features(const uint32_t *lengths, size_t k, uint32_t align, dou
   x[PACKCTL_FIT_QUAD] = sq;
 }
 
-double packctl_fit_predict(const double coef[P], const double x[P]) {
+void packctl_fit_features_cp(const uint32_t *lengths, size_t k, uint32_t align, uint32_t cp,
+                             double x[P]) {
+  packctl_fit_features(lengths, k, align, x);
+  double c = cp > 1 ? (double)cp : 1;
+  double sum = x[PACKCTL_FIT_LINEAR];
+  x[PACKCTL_FIT_LINEAR] = sum / c;
+  x[PACKCTL_FIT_QUAD] /= c;
+  x[PACKCTL_FIT_CP_GROUP] = c - 1;
+  x[PACKCTL_FIT_CP_TOKEN] = sum * (c - 1) / c;
+}
+
+double packctl_fit_predict_terms(size_t p, const double *coef, const double *x) {
   double t = 0;
-  for (int j = 0; j < P; j++)
+  for (size_t j = 0; j < p; j++)
     t += coef[j] * x[j];
   return t;
+}
+
+double packctl_fit_predict(const double coef[PACKCTL_FIT_TERMS],
+                           const double x[PACKCTL_FIT_TERMS]) {
+  return packctl_fit_predict_terms(PACKCTL_FIT_TERMS, coef, x);
 }
 
 /* Solves a z = b for the symmetric m x m matrix a (row stride P) by
@@ -232,20 +251,30 @@ static void name_list(const bool *mark, char *buf, size_t len) {
 
 int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, char *err,
                 size_t errlen) {
+  return packctl_fit_terms(x, t, n, PACKCTL_FIT_TERMS, out, err, errlen);
+}
+
+int packctl_fit_terms(const double *x, const double *t, size_t n, size_t p, packctl_fit_t *out,
+                      char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   out->samples = n;
-  if (n < P)
-    return packctl_fail(err, errlen, PACKCTL_FIT_TOO_FEW,
-                        "%zu record%s: fitting the %d coefficients (per_micro_batch, per_sequence, "
-                        "linear, quadratic) needs at least %d",
-                        n, n == 1 ? "" : "s", P, P);
+  out->terms = p;
+  if (p != PACKCTL_FIT_TERMS && p != PACKCTL_FIT_MAX_TERMS)
+    return packctl_fail(err, errlen, PACKCTL_FIT_TOO_FEW, "%zu terms: a fit has %d or %d", p,
+                        PACKCTL_FIT_TERMS, PACKCTL_FIT_MAX_TERMS);
+  if (n < p)
+    return packctl_fail(
+        err, errlen, PACKCTL_FIT_TOO_FEW,
+        "%zu record%s: fitting the %zu coefficients (per_micro_batch, per_sequence, "
+        "linear, quadratic%s) needs at least %zu",
+        n, n == 1 ? "" : "s", p, p > PACKCTL_FIT_TERMS ? ", cp_group, cp_token" : "", p);
   /* Column norms: the features scaled by them have unit norm. */
   double scale[P] = {0};
   for (size_t i = 0; i < n; i++)
-    for (int j = 0; j < P; j++)
-      scale[j] += x[i * P + j] * x[i * P + j];
+    for (size_t j = 0; j < p; j++)
+      scale[j] += x[i * p + j] * x[i * p + j];
   bool zero[P] = {false}, any_zero = false;
-  for (int j = 0; j < P; j++) {
+  for (size_t j = 0; j < p; j++) {
     scale[j] = sqrt(scale[j]);
     zero[j] = !(scale[j] > 0) || !isfinite(scale[j]);
     any_zero = any_zero || zero[j];
@@ -261,11 +290,11 @@ int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, 
   double g[P][P] = {{0}}, h[P] = {0};
   for (size_t i = 0; i < n; i++) {
     double s[P];
-    for (int j = 0; j < P; j++)
-      s[j] = x[i * P + j] / scale[j];
-    for (int j = 0; j < P; j++) {
+    for (size_t j = 0; j < p; j++)
+      s[j] = x[i * p + j] / scale[j];
+    for (size_t j = 0; j < p; j++) {
       h[j] += s[j] * t[i];
-      for (int k = 0; k < P; k++)
+      for (size_t k = 0; k < p; k++)
         g[j][k] += s[j] * s[k];
     }
   }
@@ -273,9 +302,9 @@ int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, 
    * be added to the coefficients without changing a prediction. */
   double a[P][P], val[P], vec[P][P];
   memcpy(a, g, sizeof a);
-  jacobi_eigen(P, a, val, vec);
-  int lo = 0, hi = 0;
-  for (int j = 1; j < P; j++) {
+  jacobi_eigen(p, a, val, vec);
+  size_t lo = 0, hi = 0;
+  for (size_t j = 1; j < p; j++) {
     lo = val[j] < val[lo] ? j : lo;
     hi = val[j] > val[hi] ? j : hi;
   }
@@ -283,8 +312,8 @@ int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, 
     /* The coefficients the null directions move (there may be several:
      * one length for every sequence makes three features proportional). */
     bool mixed[P] = {false};
-    for (int e = 0; e < P; e++)
-      for (int j = 0; j < P; j++)
+    for (size_t e = 0; e < p; e++)
+      for (size_t j = 0; j < p; j++)
         mixed[j] =
             mixed[j] || (!(val[e] > PACKCTL_FIT_MIN_EIGEN * val[hi]) && fabs(vec[j][e]) > 0.05);
     char names[96];
@@ -295,13 +324,17 @@ int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, 
                         "micro-batches with different numbers of sequences and different lengths",
                         names);
   }
-  double c[P];
-  if (packctl_nnls(P, &g[0][0], h, c) != 0)
+  /* packctl_nnls takes g row-major with stride p. */
+  double gp[P * P], c[P];
+  for (size_t j = 0; j < p; j++)
+    for (size_t k = 0; k < p; k++)
+      gp[j * p + k] = g[j][k];
+  if (packctl_nnls(p, gp, h, c) != 0)
     return packctl_fail(
         err, errlen, PACKCTL_FIT_COLLINEAR,
         "collinear records: the least squares system is singular; time micro-batches "
         "with different numbers of sequences and different lengths");
-  for (int j = 0; j < P; j++)
+  for (size_t j = 0; j < p; j++)
     out->coef[j] = c[j] / scale[j];
   if (out->coef[PACKCTL_FIT_LINEAR] == 0 && out->coef[PACKCTL_FIT_QUAD] == 0)
     return packctl_fail(
@@ -316,7 +349,7 @@ int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, 
   double ss_res = 0, ss_tot = 0, ape = 0;
   size_t positive = 0;
   for (size_t i = 0; i < n; i++) {
-    double pred = packctl_fit_predict(out->coef, &x[i * P]);
+    double pred = packctl_fit_predict_terms(p, out->coef, &x[i * p]);
     ss_res += (t[i] - pred) * (t[i] - pred);
     ss_tot += (t[i] - mean) * (t[i] - mean);
     if (t[i] > 0) {

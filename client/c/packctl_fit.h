@@ -29,11 +29,21 @@ enum {
   PACKCTL_FIT_SEQ = 1,    /* per_sequence: feature k. */
   PACKCTL_FIT_LINEAR = 2, /* linear: feature sum a. */
   PACKCTL_FIT_QUAD = 3,   /* quadratic: feature sum a^2. */
-  PACKCTL_FIT_TERMS = 4,
+  PACKCTL_FIT_TERMS = 4,  /* The terms of a fit without context parallelism. */
+  /* With timings of context-parallel groups of c GPUs, every length
+   * feature above is divided by c (each GPU holds 1/c of a sequence) and
+   * the two CP terms of dynamic CP's cost are fitted as well. */
+  PACKCTL_FIT_CP_GROUP = 4,  /* cp_group: feature c - 1. */
+  PACKCTL_FIT_CP_TOKEN = 5,  /* cp_token: feature sum a (c - 1) / c. */
+  PACKCTL_FIT_MAX_TERMS = 6, /* The terms of a fit with CP timings. */
 };
 
+/* The largest CP group size a timing record may carry: the planner's
+ * largest pool. */
+#define PACKCTL_FIT_MAX_CP 65536u
+
 /* The proto field names of the terms ("per_micro_batch", ...). */
-extern const char *const packctl_fit_names[PACKCTL_FIT_TERMS];
+extern const char *const packctl_fit_names[PACKCTL_FIT_MAX_TERMS];
 
 /* Errors of packctl_fit; every one comes with a message. */
 enum {
@@ -45,7 +55,8 @@ enum {
 };
 
 typedef struct packctl_fit {
-  double coef[PACKCTL_FIT_TERMS]; /* >= 0, in term order. */
+  double coef[PACKCTL_FIT_MAX_TERMS]; /* >= 0, in term order; unfitted terms 0. */
+  size_t terms;                       /* The terms fitted: TERMS or MAX_TERMS. */
   /* 1 - (residual sum of squares) / (sum of squares around the mean time);
    * 1 when both are 0. */
   double r2;
@@ -61,11 +72,21 @@ typedef struct packctl_fit {
 void packctl_fit_features(const uint32_t *lengths, size_t k, uint32_t align,
                           double x[PACKCTL_FIT_TERMS]);
 
+/* The features of the same micro-batch run by a context-parallel group of
+ * cp GPUs (cp >= 1), as one GPU sees it: 1, k, sum a / cp, sum a^2 / cp,
+ * cp - 1, sum a (cp - 1) / cp. With cp = 1 the first four are those of
+ * packctl_fit_features and the last two are 0. */
+void packctl_fit_features_cp(const uint32_t *lengths, size_t k, uint32_t align, uint32_t cp,
+                             double x[PACKCTL_FIT_MAX_TERMS]);
+
 /* The time the coefficients give for features x. */
 double packctl_fit_predict(const double coef[PACKCTL_FIT_TERMS], const double x[PACKCTL_FIT_TERMS]);
 
+/* The same for p terms (PACKCTL_FIT_TERMS or PACKCTL_FIT_MAX_TERMS). */
+double packctl_fit_predict_terms(size_t p, const double *coef, const double *x);
+
 /* Non-negative least squares on normal equations: the x >= 0 (p entries,
- * p <= PACKCTL_FIT_TERMS) least x' g x - 2 h' x for a symmetric positive
+ * p <= PACKCTL_FIT_MAX_TERMS) least x' g x - 2 h' x for a symmetric positive
  * definite g (p x p, row-major), by Lawson and Hanson's active set method.
  * Returns 0, or -1 when g is not positive definite on some active set. */
 int packctl_nnls(size_t p, const double *g, const double *h, double *x);
@@ -78,6 +99,11 @@ int packctl_nnls(size_t p, const double *g, const double *h, double *x);
  * above with a message in err naming the problem (and *out unspecified). */
 int packctl_fit(const double *x, const double *t, size_t n, packctl_fit_t *out, char *err,
                 size_t errlen);
+
+/* The same fit of p terms (PACKCTL_FIT_TERMS, or PACKCTL_FIT_MAX_TERMS for
+ * the CP terms too), x holding n rows of p features. */
+int packctl_fit_terms(const double *x, const double *t, size_t n, size_t p, packctl_fit_t *out,
+                      char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

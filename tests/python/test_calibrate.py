@@ -11,6 +11,7 @@ import json
 import math
 import os
 import random
+import re
 import sys
 import time
 import xml.etree.ElementTree as ET
@@ -18,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "client" / "python"))
@@ -428,3 +431,112 @@ def test_timing_on_a_gpu():
     assert [len(r["lengths"]) for r in records] == list(range(1, 9))
     assert all(r["seconds"] > 0 for r in records)
     assert records[-1]["lengths"] == [2048] * 8
+
+
+# ---- dynamic-CP terms: timings that carry the group size ----------------
+
+CP_TERMS = TERMS + ("cp_group", "cp_token")
+# TRUTH plus 0.3 ms per extra GPU of a group (ring steps) and 10 ns per
+# token that leaves a GPU.
+CP_TRUTH = dict(TRUTH, cp_group=3e-4, cp_token=1e-8)
+
+
+def synthetic_cp(n: int, noise: float, seed: int, coef=CP_TRUTH) -> list:
+    """n micro-batches as synthetic(), each on a CP group of 1, 2, 4 or 8
+    GPUs ("cp"), timed per GPU by dynamic CP's cost."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        lengths = [int(16 * math.exp(rng.random() * math.log(1024))) for _ in range(rng.randint(1, 32))]
+        c = rng.choice((1, 2, 4, 8))
+        s, sq = sum(lengths), sum(a * a for a in lengths)
+        t = (coef["per_micro_batch"] + coef["cp_group"] * (c - 1) + coef["per_sequence"] * len(lengths) +
+             (coef["linear"] * s + coef["quadratic"] * sq) / c + coef["cp_token"] * s * (c - 1) / c)
+        out.append({"lengths": lengths, "seconds": t * (1 + noise * rng.gauss(0, 1)), "cp": c})
+    return out
+
+
+def packctl_cp_coef(doc) -> dict:
+    return dict(packctl_coef(doc), cp_group=doc["cost"]["cpGroup"], cp_token=doc["cost"]["cpToken"])
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(scale=st.tuples(*[st.integers(2, 50)] * len(CP_TRUTH)),
+       seed=st.integers(0, 10**6))
+def test_cp_terms_recovered_without_noise(tmp_path, scale, seed):
+    """Any positive coefficients (CP_TRUTH's, each times 0.2 to 5):
+    timings computed from them give them back in packctl and in Python,
+    and the two agree."""
+    coef = {name: v * f / 10 for (name, v), f in zip(CP_TRUTH.items(), scale)}
+    records = synthetic_cp(120, 0, seed, coef)
+    doc = calibrate_json(write_jsonl(tmp_path / "cp.jsonl", records))
+    cal = packd.calibrate(records)
+    assert cal.cp
+    got = packctl_cp_coef(doc)
+    for name in CP_TERMS:
+        assert got[name] == pytest.approx(coef[name], rel=1e-6), name
+        assert getattr(cal.cost, name) == pytest.approx(got[name], rel=1e-7), name
+    assert doc["r2"] == pytest.approx(1, abs=1e-9)
+
+
+@pytest.mark.parametrize("seed", [21, 22, 23])
+def test_cp_terms_recovered_with_small_noise(tmp_path, seed):
+    """1 % noise on 3000 micro-batches: every coefficient within 10 %, and
+    packctl and Python give the same fit of the same records."""
+    records = synthetic_cp(3000, 0.01, seed)
+    doc = calibrate_json(write_jsonl(tmp_path / "cp.jsonl", records))
+    cal = packd.calibrate(records)
+    got = packctl_cp_coef(doc)
+    for name in CP_TERMS:
+        assert got[name] == pytest.approx(CP_TRUTH[name], rel=0.10), name
+        assert getattr(cal.cost, name) == pytest.approx(got[name], rel=1e-6), name
+    assert cal.r2 == pytest.approx(doc["r2"], rel=1e-9)
+    assert cal.mape == pytest.approx(doc["mape"], rel=1e-6)
+
+
+def test_cp_output_only_with_cp_records(tmp_path):
+    """cp 1 everywhere is today's fit and document; one record with cp > 1
+    adds cpToken and cpGroup to the JSON, two rows and two plan flags to
+    the summary, and the Calibration reads back."""
+    records = synthetic(200, 0.01, 24)
+    plain = calibrate_json(write_jsonl(tmp_path / "a.jsonl", records))
+    ones = calibrate_json(write_jsonl(tmp_path / "b.jsonl", [dict(r, cp=1) for r in records]))
+    assert ones == plain and set(plain["cost"]) == {"linear", "quadratic", "perSequence", "perMicroBatch"}
+    assert not packd.calibrate(records).cp and "cp_token" not in str(packd.calibrate(records))
+    path = write_jsonl(tmp_path / "cp.jsonl", synthetic_cp(200, 0.01, 25))
+    doc = calibrate_json(path)
+    assert list(doc["cost"]) == ["linear", "quadratic", "perSequence", "perMicroBatch", "cpToken", "cpGroup"]
+    cal = packd.calibrate(path)
+    assert cal.to_dict()["cost"].keys() == doc["cost"].keys()
+    assert packd.Calibration.from_dict(doc).to_dict() == doc
+    summary = run_packctl("calibrate", path).stdout.decode()
+    assert "cp_group" in summary and "cp_token" in summary and "--cp-token " in summary
+    assert "cp_group" in str(cal)
+    # The fitted cost predicts what it was fitted to.
+    rec = synthetic_cp(1, 0, 26)[0]
+    want = packd.Cost(**{n: CP_TRUTH[n] for n in CP_TERMS}).predict(rec["lengths"], cp=rec["cp"])
+    assert want == pytest.approx(rec["seconds"], rel=1e-12)
+    # A calibrated cost carries its CP terms into a dynamic-CP request.
+    from packd import _request
+    req = _request.build(np.array([4096, 900, 300, 77]), None, None, cost=cal, dp=2, cp=2,
+                         dynamic_cp=True, max_tokens=8192)
+    assert req.cost.cp_token == cal.cost.cp_token > 0 and req.cost.cp_group == cal.cost.cp_group > 0
+
+
+BAD_CP = {0: "0 is below 1", -2: "-2 is below 1", 2.5: "expected an integer group size >= 1, got 2.5",
+          "4": "expected an integer group size >= 1, got", True: "expected an integer group size >= 1",
+          65537: "65537 is too large", 2**40: f"{2**40} is too large"}
+
+
+@pytest.mark.parametrize("value", list(BAD_CP), ids=[repr(v) for v in BAD_CP])
+def test_bad_cp_is_refused_naming_the_record_and_value(tmp_path, value):
+    records = synthetic_cp(10, 0, 27)
+    records[3]["cp"] = value
+    path = write_jsonl(tmp_path / "bad.jsonl", records)
+    res = run_packctl("calibrate", path)
+    assert res.returncode == 2 and res.stdout == b""
+    assert f"bad.jsonl:4: cp: {BAD_CP[value]}" in res.stderr.decode(), res.stderr.decode()
+    with pytest.raises(ValueError, match=f"bad.jsonl:4: cp: {re.escape(BAD_CP[value])}"):
+        packd.calibrate(path)
+    with pytest.raises(ValueError, match=f"^record 3: cp: {re.escape(BAD_CP[value])}"):
+        packd.calibrate(records)

@@ -141,11 +141,14 @@ def cost_fields(cost, fields: dict) -> dict:
     beside any of those keywords set one by one."""
     from .calibration import Cost
 
-    given = [k for k in _COST_FIELDS if fields.get(k)]
+    coerced = Cost.coerce(cost).fields()
+    # The CP terms clash only where cost= sets them too.
+    given = [k for k in _COST_FIELDS + ("cp_token", "cp_group") if fields.get(k) and
+             (k in _COST_FIELDS or k in coerced)]
     if given:
         raise InvalidArgument(f"cost: give cost= or the fields {', '.join(_COST_FIELDS)} one by one, "
                               f"not both (got cost= and {given[0]}={fields[given[0]]!r})")
-    return Cost.coerce(cost).fields()
+    return coerced
 
 
 def _dynamic_cp(req, field, value):

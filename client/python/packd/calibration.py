@@ -12,7 +12,14 @@ calibrate``::
     plan = client.plan(lengths, dp=8, max_tokens=32768, cost=cal)
 
 A record is one measured micro-batch, ``{"lengths": [...], "seconds": t}``
-(packd.timing writes them). Only numpy is needed; scipy.optimize.nnls is
+(packd.timing writes them), with an optional ``"cp": c``: the size of the
+context-parallel group it ran on (default 1). When some record has c > 1
+the fit is dynamic CP's per-GPU cost (packd.v1.Cost's ``cp_token`` and
+``cp_group`` too)::
+
+    per_micro_batch + cp_group*(c-1) + sum over sequences of
+      [per_sequence + (linear*a + quadratic*a**2)/c + cp_token*a*(c-1)/c]
+ Only numpy is needed; scipy.optimize.nnls is
 used where scipy is installed, and an own Lawson-Hanson solver where not.
 """
 
@@ -32,9 +39,16 @@ __all__ = ["Cost", "Calibration", "calibrate", "read_timings"]
 
 # The Cost fields: proto name -> JSON (lowerCamelCase) name, in field order.
 _FIELDS = {"linear": "linear", "quadratic": "quadratic", "per_sequence": "perSequence",
-           "per_micro_batch": "perMicroBatch"}
-# The fit's terms (features 1, k, sum a, sum a^2), as Cost fields.
-_TERMS = ("per_micro_batch", "per_sequence", "linear", "quadratic")
+           "per_micro_batch": "perMicroBatch", "cp_token": "cpToken", "cp_group": "cpGroup"}
+# The dynamic-CP fields: written only when set (or fitted), so that a cost
+# without them reads as it did before they existed.
+_CP_FIELDS = ("cp_token", "cp_group")
+# The fit's terms (features 1, k, sum a / c, sum a^2 / c, c - 1,
+# sum a (c - 1) / c), as Cost fields; the first 4 without CP timings.
+_TERMS = ("per_micro_batch", "per_sequence", "linear", "quadratic", "cp_group", "cp_token")
+_BASE_TERMS = 4
+# The largest CP group size a record may carry (packctl_fit.h).
+_MAX_CP = 65536
 # Below this fraction of the largest eigenvalue of the scaled normal
 # matrix, the records do not tell coefficients apart (packctl_fit.c).
 _MIN_EIGEN = 1e-12
@@ -48,13 +62,16 @@ def _invalid(message: str):
 
 @dataclass(frozen=True)
 class Cost:
-    """packd.v1.Cost: four finite coefficients >= 0 (0 means the proto
-    default). Pass it as ``Client.plan(cost=...)``."""
+    """packd.v1.Cost: finite coefficients >= 0 (0 means the proto
+    default; ``cp_token`` and ``cp_group`` are dynamic CP's terms). Pass it
+    as ``Client.plan(cost=...)``."""
 
     linear: float = 0.0
     quadratic: float = 0.0
     per_sequence: float = 0.0
     per_micro_batch: float = 0.0
+    cp_token: float = 0.0
+    cp_group: float = 0.0
 
     def __post_init__(self):
         for name in _FIELDS:
@@ -98,13 +115,17 @@ class Cost:
         return cls(**kw)
 
     def fields(self) -> dict:
-        """The four fields by proto name (the Client.plan keywords)."""
-        return {name: getattr(self, name) for name in _FIELDS}
+        """The fields by proto name (the Client.plan keywords); the CP
+        ones only when set."""
+        return {name: getattr(self, name) for name in _FIELDS
+                if name not in _CP_FIELDS or getattr(self, name)}
 
-    def to_dict(self) -> dict:
+    def to_dict(self, *, cp: bool = False) -> dict:
         """The protobuf JSON mapping (lowerCamelCase names, zeros
-        included), as ``packctl calibrate --format json`` prints it."""
-        return {_FIELDS[name]: getattr(self, name) for name in _FIELDS}
+        included; the CP fields when set or ``cp``), as ``packctl calibrate
+        --format json`` prints it."""
+        return {_FIELDS[name]: getattr(self, name) for name in _FIELDS
+                if name not in _CP_FIELDS or cp or getattr(self, name)}
 
     def to_proto(self):
         """A packd.v1.Cost message."""
@@ -112,15 +133,17 @@ class Cost:
 
         return _stubs.pb2().Cost(**self.fields())
 
-    def predict(self, lengths, *, align: int = 1) -> float:
+    def predict(self, lengths, *, align: int = 1, cp: int = 1) -> float:
         """The cost of one micro-batch of these sequence lengths (each
-        rounded up to a multiple of align), with the planner's defaults:
-        seconds, for a calibrated Cost."""
-        x = _features(_as_lengths(lengths, "lengths"), align)
+        rounded up to a multiple of align) on one GPU of a CP group of
+        ``cp``, with the planner's defaults: seconds, for a calibrated
+        Cost."""
+        x = _features(_as_lengths(lengths, "lengths"), align, _as_cp(cp, "cp"))
         lin, quad = self.linear, self.quadratic
         if lin == 0 and quad == 0:
             lin, quad = 1.0, 1.0 / 24576
-        return float(self.per_micro_batch * x[0] + self.per_sequence * x[1] + lin * x[2] + quad * x[3])
+        return float(self.per_micro_batch * x[0] + self.per_sequence * x[1] + lin * x[2] + quad * x[3]
+                     + self.cp_group * x[4] + self.cp_token * x[5])
 
 
 @dataclass(frozen=True)
@@ -134,20 +157,26 @@ class Calibration:
     r2: float
     mape: float
     samples: int
+    # Whether the CP terms were fitted (some record had cp > 1).
+    cp: bool = False
 
     def to_dict(self) -> dict:
         """The document ``packctl calibrate --format json`` prints."""
-        return {"cost": self.cost.to_dict(), "r2": self.r2, "mape": self.mape, "samples": self.samples}
+        return {"cost": self.cost.to_dict(cp=self.cp), "r2": self.r2, "mape": self.mape,
+                "samples": self.samples}
 
     @classmethod
     def from_dict(cls, d: Mapping) -> "Calibration":
         """From that document (e.g. ``json.load`` of packctl's output)."""
-        return cls(Cost.from_dict(d["cost"]), float(d["r2"]), float(d["mape"]), int(d["samples"]))
+        cp = any(_FIELDS[name] in d["cost"] or name in d["cost"] for name in _CP_FIELDS)
+        return cls(Cost.from_dict(d["cost"]), float(d["r2"]), float(d["mape"]), int(d["samples"]), cp)
 
     def __str__(self) -> str:
         units = {"per_micro_batch": "s per micro-batch", "per_sequence": "s per sequence",
-                 "linear": "s per token", "quadratic": "s per token^2"}
-        rows = [f"{name:<18} {getattr(self.cost, name):<14.6g} {units[name]}" for name in _TERMS]
+                 "linear": "s per token", "quadratic": "s per token^2",
+                 "cp_group": "s per group x (c-1)", "cp_token": "s per token x (c-1)/c"}
+        terms = _TERMS if self.cp else _TERMS[:_BASE_TERMS]
+        rows = [f"{name:<18} {getattr(self.cost, name):<14.6g} {units[name]}" for name in terms]
         return (f"packd cost model fitted to {self.samples} micro-batches\n" + "\n".join(rows) +
                 f"\nr2 {self.r2:.6f}, MAPE {100 * self.mape:.3f} %")
 
@@ -180,11 +209,25 @@ def _as_lengths(value, where: str) -> list:
     return out
 
 
-def _features(lengths: list, align: int) -> np.ndarray:
+def _as_cp(value, where: str) -> int:
+    """A CP group size: an integer in [1, 65536]."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ValueError(f"{where}: expected an integer group size >= 1, got {value!r}")
+    c = int(value)
+    if c < 1 or c > _MAX_CP:
+        raise ValueError(f"{where}: {c} is {'below 1' if c < 1 else 'too large'} "
+                         f"(a CP group holds 1 to {_MAX_CP} GPUs)")
+    return c
+
+
+def _features(lengths: list, align: int, cp: int = 1) -> np.ndarray:
+    """1, k, sum a / c, sum a^2 / c, c - 1, sum a (c - 1) / c
+    (packctl_fit_features_cp)."""
     a = np.asarray(lengths, dtype=np.float64)
     if align > 1:
         a = np.ceil(a / align) * align
-    return np.array([1.0, float(a.size), float(a.sum()), float((a * a).sum())])
+    s, c = float(a.sum()), float(cp)
+    return np.array([1.0, float(a.size), s / c, float((a * a).sum()) / c, c - 1, s * (c - 1) / c])
 
 
 def _record(rec, where: str, align: int):
@@ -208,7 +251,8 @@ def _record(rec, where: str, align: int):
         raise ValueError(f"{where}: seconds: {s!r} is not a finite number")
     if s < 0:
         raise ValueError(f"{where}: seconds: {s!r} is negative (a measured time is finite and >= 0)")
-    return _features(lengths, align), s
+    cp = _as_cp(rec["cp"], f"{where}: cp") if "cp" in rec else 1
+    return _features(lengths, align, cp), s, cp
 
 
 def read_timings(path) -> list:
@@ -277,10 +321,11 @@ def _names(mask) -> str:
 def _fit(x: np.ndarray, t: np.ndarray):
     """Coefficients (term order), r2 and MAPE; ValueError when they cannot
     be fitted (the messages of packctl_fit.c)."""
-    n = t.size
-    if n < 4:
-        raise ValueError(f"{n} record{'' if n == 1 else 's'}: fitting the 4 coefficients "
-                         "(per_micro_batch, per_sequence, linear, quadratic) needs at least 4")
+    n, p = t.size, x.shape[1]
+    if n < p:
+        names = ", ".join(_TERMS[:_BASE_TERMS]) + (", cp_group, cp_token" if p > _BASE_TERMS else "")
+        raise ValueError(f"{n} record{'' if n == 1 else 's'}: fitting the {p} coefficients "
+                         f"({names}) needs at least {p}")
     scale = np.sqrt((x * x).sum(axis=0))
     zero = ~(scale > 0)
     if zero.any():
@@ -328,7 +373,9 @@ def calibrate(records, *, align: int = 1) -> Calibration:
 
     Returns a :class:`Calibration`; its ``cost`` fits ``seconds =
     per_micro_batch + per_sequence*k + linear*sum(a) + quadratic*sum(a^2)``
-    with every coefficient >= 0. Raises ValueError naming the record (or
+    with every coefficient >= 0; where some record carries ``"cp": c > 1``,
+    the dynamic-CP cost of the module docstring (``cp_token`` and
+    ``cp_group`` too, and ``Calibration.cp`` is true). Raises ValueError naming the record (or
     file line) and field for bad input, and for data that cannot be fitted
     (fewer than 4 records, collinear records)."""
     if isinstance(align, bool) or not isinstance(align, (int, np.integer)) or align < 0:
@@ -342,8 +389,10 @@ def calibrate(records, *, align: int = 1) -> Calibration:
         if not labelled:
             raise ValueError("no records")
     rows = [_record(rec, where, int(align)) for where, rec in labelled]
-    x = np.array([r[0] for r in rows])
+    cp = any(r[2] > 1 for r in rows)
+    # Without CP timings the CP features are all 0: fit the first four.
+    x = np.array([r[0] for r in rows])[:, :len(_TERMS) if cp else _BASE_TERMS]
     t = np.array([r[1] for r in rows], dtype=np.float64)
     coef, r2, mape = _fit(x, t)
-    cost = Cost(**{name: float(coef[i]) for i, name in enumerate(_TERMS)})
-    return Calibration(cost=cost, r2=float(r2), mape=float(mape), samples=int(t.size))
+    cost = Cost(**{name: float(coef[i]) for i, name in enumerate(_TERMS[:coef.size])})
+    return Calibration(cost=cost, r2=float(r2), mape=float(mape), samples=int(t.size), cp=cp)

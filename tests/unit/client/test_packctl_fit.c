@@ -300,6 +300,52 @@ static void test_features_align(void **state) {
   assert_true(x[PACKCTL_FIT_LINEAR] == 18 && x[PACKCTL_FIT_QUAD] == 1 + 64 + 81);
 }
 
+/* Dynamic CP: micro-batches on groups of 1, 2, 4 or 8 GPUs, timed per GPU
+ * with 0.3 ms per extra GPU of a group and 10 ns per token that leaves a
+ * GPU, give back all six coefficients exactly; the features at c = 1 are
+ * packctl_fit_features' with the CP ones 0. */
+static void test_fit_cp_terms(void **state) {
+  (void)state;
+  enum { Q = PACKCTL_FIT_MAX_TERMS, N = 300 };
+  static const double coef[Q] = {2e-3, 2e-5, 4e-8, 1.5e-12, 3e-4, 1e-8};
+  static const uint32_t sizes[] = {1, 2, 4, 8};
+  double *x = calloc(N * Q, sizeof *x), t[N];
+  assert_non_null(x);
+  uint64_t seed = 4;
+  uint32_t lengths[48];
+  for (size_t i = 0; i < N; i++) {
+    size_t k = 1 + (size_t)(rng_next(&seed) % 32);
+    uint32_t c = sizes[rng_next(&seed) % 4];
+    double sum = 0, sq = 0;
+    for (size_t q = 0; q < k; q++) {
+      lengths[q] = (uint32_t)(16 * exp(uniform(&seed) * log(1024.0)));
+      sum += lengths[q];
+      sq += (double)lengths[q] * lengths[q];
+    }
+    packctl_fit_features_cp(lengths, k, 1, c, &x[i * Q]);
+    if (c == 1) {
+      double base[P];
+      packctl_fit_features(lengths, k, 1, base);
+      assert_memory_equal(base, &x[i * Q], sizeof base);
+      assert_true(x[i * Q + PACKCTL_FIT_CP_GROUP] == 0 && x[i * Q + PACKCTL_FIT_CP_TOKEN] == 0);
+    }
+    t[i] = coef[0] + coef[4] * (c - 1) + coef[1] * (double)k + (coef[2] * sum + coef[3] * sq) / c +
+           coef[5] * sum * (c - 1) / c;
+  }
+  packctl_fit_t fit;
+  char err[256];
+  assert_int_equal(packctl_fit_terms(x, t, N, Q, &fit, err, sizeof err), PACKCTL_FIT_OK);
+  assert_int_equal(fit.terms, Q);
+  for (int j = 0; j < Q; j++)
+    if (fabs(fit.coef[j] - coef[j]) > 1e-6 * coef[j])
+      fail_msg("%s: %.12g, the truth %.12g", packctl_fit_names[j], fit.coef[j], coef[j]);
+  assert_true(fit.r2 > 1 - 1e-9);
+  /* Fewer records than the six coefficients. */
+  assert_int_equal(packctl_fit_terms(x, t, 5, Q, &fit, err, sizeof err), PACKCTL_FIT_TOO_FEW);
+  assert_non_null(strstr(err, "fitting the 6 coefficients"));
+  free(x);
+}
+
 int main(void) {
   const struct CMUnitTest tests[] = {
       cmocka_unit_test(test_nnls_matches_exhaustive),
@@ -308,6 +354,7 @@ int main(void) {
       cmocka_unit_test(test_fit_keeps_coefficients_non_negative),
       cmocka_unit_test(test_fit_errors),
       cmocka_unit_test(test_features_align),
+      cmocka_unit_test(test_fit_cp_terms),
   };
   return cmocka_run_group_tests(tests, NULL, NULL);
 }
