@@ -168,13 +168,12 @@ static int seed_empty(dcp_state_t *s, uint32_t j, uint32_t *buf, uint32_t *tmp, 
 int dcp_place(dcp_state_t *s) {
   const dcp_cfg_t *cfg = s->cfg;
   uint32_t n = s->it->n;
-  /* Scratch: group lists may hold every group, which is at most n plus
-   * one per split (a split needs a group of two sequences). */
+  /* Scratch for sorting the groups: at most n plus one per split (a split
+   * needs a group of two sequences). */
   uint32_t *buf = pk_malloc_array((size_t)2 * n + 1, sizeof *buf);
   uint32_t *tmp = pk_malloc_array((size_t)2 * n + 1, sizeof *tmp);
-  uint32_t *mem = pk_malloc_array(n, sizeof *mem);
   int rc = 0;
-  if (buf == NULL || tmp == NULL || mem == NULL) {
+  if (buf == NULL || tmp == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -210,7 +209,6 @@ int dcp_place(dcp_state_t *s) {
 done:
   free(buf);
   free(tmp);
-  free(mem);
   return rc;
 }
 
