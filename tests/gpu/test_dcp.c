@@ -6,7 +6,6 @@
  * independent per-chunk oracle, the mask the pack kernel writes, and counts
  * the real tokens; and routing a dynamic-CP plan over the fake transport
  * gives every GPU of a group exactly its group's samples. */
-#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,9 +13,7 @@
 
 #include <cmocka.h>
 
-#include "gpu_test_util.h"
-
-#define MAXR 8
+#include "gpu_test_exchange.h"
 
 /* The mask oracle, per sequence from its chunk geometry: zigzag GPU r of c
  * holds the chunks r and 2c-1-r of h = plen/(2c) tokens; the real tokens
@@ -244,25 +241,6 @@ static void test_bad_arguments(void **state) {
 
 /* ---- Routing a dynamic-CP plan ------------------------------------------ */
 
-typedef struct {
-  pk_gpu_fake_hub_t *hub;
-  int32_t rank;
-  const pk_gpu_xitem_t *items;
-  int64_t nitems, row_bytes;
-  const unsigned char *src;
-  unsigned char *dst;
-  int rc;
-  char msg[512];
-} rjob_t;
-
-static void *rrun(void *arg) {
-  rjob_t *j = arg;
-  j->rc = pk_gpu_exchange(pk_gpu_fake_transport(j->hub, j->rank), j->items, j->nitems, j->row_bytes,
-                          j->src, j->dst, NULL);
-  snprintf(j->msg, sizeof j->msg, "%s", pk_gpu_last_error());
-  return NULL;
-}
-
 /* Random slots: the pool of nranks (a power of two) splits into aligned
  * power-of-two groups; each group gets fresh samples; every GPU of a group
  * lists them. Sources: a random owner per sample. */
@@ -342,15 +320,10 @@ static void test_route_plan_random(void **state) {
     }
     pk_gpu_fake_hub_t *hub = NULL;
     assert_int_equal(pk_gpu_fake_hub_create(nranks, 5000, &hub), 0);
-    rjob_t jobs[MAXR];
-    pthread_t th[MAXR];
-    for (int32_t r = 0; r < nranks; r++) {
-      jobs[r] = (rjob_t){hub, r, items, at, rb, src[r], dst[r], -99, ""};
-      assert_int_equal(pthread_create(&th[r], NULL, rrun, &jobs[r]), 0);
-    }
-    for (int32_t r = 0; r < nranks; r++) {
-      pthread_join(th[r], NULL);
-    }
+    xjob_t jobs[MAXR];
+    for (int32_t r = 0; r < nranks; r++)
+      jobs[r] = (xjob_t){hub, r, items, at, rb, src[r], dst[r], -99, "", {0}};
+    run_ranks(jobs, nranks, xrun);
     for (int32_t r = 0; r < nranks; r++) {
       if (jobs[r].rc != 0) {
         fail_msg("rank %d: %d %s", (int)r, jobs[r].rc, jobs[r].msg);

@@ -12,39 +12,7 @@
 
 #include <cmocka.h>
 
-#include "gpu_test_util.h"
-
-#define MAXR 8
-
-typedef struct {
-  pk_gpu_fake_hub_t *hub;
-  int32_t rank;
-  const pk_gpu_xitem_t *items;
-  int64_t nitems, row_bytes;
-  const unsigned char *src;
-  unsigned char *dst;
-  int rc;
-  char msg[512];
-  pk_gpu_xstats_t stats;
-} xjob_t;
-
-static void *xrun(void *arg) {
-  xjob_t *j = arg;
-  const pk_gpu_transport_t *tp = pk_gpu_fake_transport(j->hub, j->rank);
-  j->rc = pk_gpu_exchange(tp, j->items, j->nitems, j->row_bytes, j->src, j->dst, &j->stats);
-  snprintf(j->msg, sizeof j->msg, "%s", pk_gpu_last_error());
-  return NULL;
-}
-
-static void run_ranks(xjob_t *jobs, int32_t n, void *(*fn)(void *)) {
-  pthread_t th[MAXR];
-  for (int32_t r = 0; r < n; r++) {
-    assert_int_equal(pthread_create(&th[r], NULL, fn, &jobs[r]), 0);
-  }
-  for (int32_t r = 0; r < n; r++) {
-    pthread_join(th[r], NULL);
-  }
-}
+#include "gpu_test_exchange.h"
 
 /* Random assignment of nseq sequences to nranks ranks, in CSR form. */
 static void rand_assign(pkt_rng_t *rng, int32_t nranks, int32_t nseq, int32_t *off, int32_t *ids) {
