@@ -50,17 +50,9 @@ fi
 
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
-# podman's default runtime (crun) cannot start containers on this kind of
-# host (hybrid cgroups, high rlimits); runc can, once the two rlimits it sets
-# are lowered (as in scripts/verify-image.sh).
-cat >"$WORK/containers.conf" <<'EOF'
-[containers]
-default_ulimits = ["nofile=1024:1024", "nproc=1000:1000"]
-
-[engine]
-runtime = "runc"
-EOF
-export CONTAINERS_CONF="$WORK/containers.conf"
+# runc with lowered rlimits (scripts/podman-conf.sh).
+. scripts/podman-conf.sh
+pk_podman_conf "$WORK"
 
 # --- the wheel ---------------------------------------------------------------
 if [ $# -ge 1 ]; then

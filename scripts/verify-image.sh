@@ -83,17 +83,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     fuse-overlayfs slirp4netns curl podman-compose >/dev/null
 fi
 
-# podman's default runtime (crun) cannot start containers on this kind of
-# host (hybrid cgroups, high rlimits). runc can, once the two rlimits it sets
-# are lowered. CONTAINERS_CONF makes both choices for this script only.
-cat >"$WORK/containers.conf" <<'EOF'
-[containers]
-default_ulimits = ["nofile=1024:1024", "nproc=1000:1000"]
-
-[engine]
-runtime = "runc"
-EOF
-export CONTAINERS_CONF="$WORK/containers.conf"
+# runc with lowered rlimits (scripts/podman-conf.sh).
+. scripts/podman-conf.sh
+pk_podman_conf "$WORK"
 
 # --- base image ------------------------------------------------------------
 make_base() {
