@@ -55,8 +55,8 @@ void pk_handle_plan(const pk_handler_env_t *env, const uint8_t *req, size_t len,
   reply->bytes = pp->resp;
   reply->len = pp->resp_len;
   pp->resp = NULL;
-  /* A dynamic-CP plan has no RankPlans (it is answered whole): nothing for
-   * GetRankPlan to serve, so nothing to keep. */
+  /* The rank bytes are every DP rank's RankPlan, or for a dynamic-CP plan
+   * every GPU's slice of it: the same cache and store keep both. */
   if (env->store != NULL && pp->n_ranks > 0) {
     /* A failed write leaves the plan on this server only; the store logs
      * the outage once and counts it. */

@@ -60,11 +60,12 @@ PK_EXPORT void pk_codec_free_response(Packd__V1__PlanResponse *msg);
  * pk_packed_plan_free, which also accepts fields the caller took over and
  * set to NULL. */
 typedef struct pk_packed_plan {
-  uint8_t *resp;   /* The packed PlanResponse, resp_len bytes. */
-  size_t resp_len; /* Also set when the response is over max_bytes. */
-  uint8_t *ranks;  /* Every packed RankPlan back to back: rank r is [off[r], off[r+1]). */
-  size_t *off;     /* n_ranks + 1 offsets into ranks. */
-  size_t n_ranks;
+  uint8_t *resp;    /* The packed PlanResponse, resp_len bytes. */
+  size_t resp_len;  /* Also set when the response is over max_bytes. */
+  uint8_t *ranks;   /* Every packed RankPlan back to back: rank r is [off[r], off[r+1]). */
+  size_t *off;      /* n_ranks + 1 offsets into ranks. */
+  size_t n_ranks;   /* DP ranks; for a dynamic-CP plan, the GPUs of the pool. */
+  size_t ranks_len; /* off[n_ranks]; also set when the ranks are over max_bytes. */
 } pk_packed_plan_t;
 
 /* The one encoder of a plan, for the server's handler and pk_plan_bytes:

@@ -1,8 +1,10 @@
 /* The codec of dynamic context-parallel plans: a PlanRequest whose
  * parallel.dynamic_cp is set <-> pk_dcp_request_t, and a pk_dcp_plan_t ->
- * the packed PlanResponse (its dynamic_cp field; no RankPlans). Like
- * codec.h it decides nothing about plans; it refuses the fixed-CP fields
- * that a dynamic-CP plan cannot honour, naming the field and the value. */
+ * the packed PlanResponse (its dynamic_cp field; no RankPlans) and every
+ * GPU's packed RankPlan (its dynamic_cp field: the GPU's slice of the plan,
+ * what the plan cache and store keep and GetRankPlan answers). Like codec.h
+ * it decides nothing about plans; it refuses the fixed-CP fields that a
+ * dynamic-CP plan cannot honour, naming the field and the value. */
 #ifndef PK_CODEC_DCP_H
 #define PK_CODEC_DCP_H
 
@@ -26,10 +28,14 @@ static inline int pk_codec_is_dcp(const Packd__V1__PlanRequest *msg) {
 PK_EXPORT int pk_codec_dcp_request(const Packd__V1__PlanRequest *msg, pk_dcp_request_t *req,
                                    char *err, size_t errlen);
 
-/* Packs the PlanResponse of a dynamic-CP plan under plan_id into out (its
- * resp; no RankPlans: n_ranks 0, off[0] 0). Returns 0, PK_ENOMEM, or
- * PK_ELIMIT when the response would be over max_bytes (out->resp_len is
- * then its size). */
+/* Packs a dynamic-CP plan under plan_id into out: resp, the PlanResponse
+ * (dynamic_cp set, no RankPlans), and n_ranks = the pool's GPUs' RankPlans
+ * in ranks and off, GPU g's holding dp_rank g, plan_id and, per slot, the
+ * whole plan's DcpGpu of g and the DcpGroup it is in (absent when idle).
+ * A group of c GPUs is in c of them, so together they may be larger than
+ * resp. Returns 0; PK_ENOMEM; PK_EINTERNAL; or PK_ELIMIT when resp, or the
+ * RankPlans together, would be over max_bytes (out->resp_len and
+ * out->ranks_len then say which: ranks_len is 0 when resp was refused). */
 PK_EXPORT int pk_codec_pack_dcp_plan(const pk_dcp_plan_t *plan, const char *plan_id,
                                      int64_t max_bytes, pk_packed_plan_t *out);
 

@@ -125,6 +125,7 @@ static int pack_response(const Packd__V1__PlanResponse *resp, int64_t max_bytes,
     total += 1 + varint_size(len) + len; /* Tag of field 2 (one byte), length, bytes. */
   }
   pp->resp_len = total;
+  pp->ranks_len = pp->off[n];
   if ((int64_t)total > max_bytes)
     return PK_ELIMIT;
   pp->ranks = malloc(pp->off[n] > 0 ? pp->off[n] : 1);

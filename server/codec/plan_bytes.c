@@ -95,11 +95,21 @@ static int plan_dcp(const Packd__V1__PlanRequest *msg, pk_plan_call_t *call, cha
   PK_CODEC_CHECK(rc == PK_OK, rc);
   rc = pk_codec_pack_dcp_plan(plan, call->id, call->max_bytes, &call->packed);
   call->pack_seconds = seconds() - t1;
-  if (rc == PK_ELIMIT && err != NULL && errlen > 0)
+  if (rc == PK_ELIMIT && err != NULL && errlen > 0 &&
+      (int64_t)call->packed.resp_len > call->max_bytes)
     snprintf(err, errlen,
              "response: the plan for %llu sequences is %zu bytes, over the limit "
              "max_message_bytes = %lld",
              (unsigned long long)call->sequences, call->packed.resp_len,
+             (long long)call->max_bytes);
+  else if (rc == PK_ELIMIT && err != NULL && errlen > 0)
+    /* The GPUs' parts are kept for GetRankPlan, and a plan store refuses
+     * to read a plan whose parts together pass this same limit. */
+    snprintf(err, errlen,
+             "response: the %u GPUs' rank plans for %llu sequences are %zu bytes together "
+             "(a group of c GPUs is in each of their c parts), over the limit "
+             "max_message_bytes = %lld",
+             plan->pool, (unsigned long long)call->sequences, call->packed.ranks_len,
              (long long)call->max_bytes);
   else if (rc == PK_ENOMEM)
     pk_codec_msg(err, errlen, "response: out of memory while encoding the plan");

@@ -22,6 +22,7 @@ _LAZY = {
     "Client": ("client", "Client"),
     "Plan": ("plan", "Plan"),
     "DynamicCpPlan": ("dcp", "DynamicCpPlan"),
+    "GpuPlan": ("dcp", "GpuPlan"),
     "RankPlan": ("plan", "RankPlan"),
     "MicroBatch": ("plan", "MicroBatch"),
     "PlanError": ("errors", "PlanError"),

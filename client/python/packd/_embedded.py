@@ -118,6 +118,14 @@ class EmbeddedTransport:
         resp = self._cache.get(request.plan_id)
         if resp is None:
             raise NotFound(f"plan_id: \"{request.plan_id}\" is not in the embedded plan cache")
+        if resp.HasField("dynamic_cp"):
+            # The server keeps every GPU's slice of the plan that the same
+            # encoder packed; here it is cut from the whole answer, which
+            # tests/python/test_rank_plan_dynamic_cp.py checks gives the
+            # same bytes.
+            from .dcp import rank_plan_message
+
+            return rank_plan_message(resp, request.dp_rank)
         for rp in resp.ranks:
             if rp.dp_rank == request.dp_rank:
                 out = _stubs.pb2().RankPlan()

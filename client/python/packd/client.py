@@ -291,14 +291,22 @@ class Client:
         request = _request.build(lengths, loss_tokens, groups, cost=cost, **fields)
         return self.plan_request(request, lengths=request.lengths)
 
-    def rank_plan(self, plan_id: str, rank: int) -> RankPlan:
-        """One rank's part of a recent plan (GetRankPlan). NotFound when the
-        plan has left the cache."""
+    def rank_plan(self, plan_id: str, rank: int):
+        """One rank's part of a recent plan (GetRankPlan): a RankPlan, or
+        for a dynamic-CP plan GPU ``rank``'s packd.dcp.GpuPlan (equal to
+        ``plan.gpu(rank)`` of the whole plan). NotFound when the plan has
+        left the cache; InvalidArgument naming dp_rank when the plan has no
+        such rank (or GPU)."""
         pb = _stubs.pb2()
         if isinstance(rank, bool) or not isinstance(rank, int) or not 0 <= rank < (1 << 32):
             raise error_for(grpc.StatusCode.INVALID_ARGUMENT, f"dp_rank: must be in [0, 4294967295], got {rank!r}")
         req = pb.GetRankPlanRequest(plan_id=str(plan_id), dp_rank=rank)
-        return RankPlan(self._call(self._transport.rank_plan, req))
+        message = self._call(self._transport.rank_plan, req)
+        if message.HasField("dynamic_cp"):
+            from .dcp import GpuPlan
+
+            return GpuPlan.from_message(message)
+        return RankPlan(message)
 
     def health(self, service: str = "") -> str:
         """The grpc.health.v1 status of the server: "SERVING",
