@@ -37,6 +37,36 @@ int packctl_write_dcp_summary(FILE *f, const Packd__V1__PlanResponse *resp) {
   return ferror(f) ? -1 : 0;
 }
 
+/* The sequence indices a summary line lists before it only counts the rest. */
+#define DCP_SUMMARY_SEQS 8
+
+int packctl_write_dcp_rank_summary(FILE *f, const Packd__V1__RankPlan *rk) {
+  const Packd__V1__DcpRankPlan *v = rk->dynamic_cp;
+  fprintf(f, "plan_id %s  GPU %u of a pool of %u  slots %zu (dynamic CP)\n",
+          rk->plan_id != NULL ? rk->plan_id : "", rk->dp_rank, v->pool, v->n_slots);
+  fprintf(f, "%6s %6s %5s %6s %9s %10s %10s %12s  %s\n", "slot", "group", "size", "rank", "GPUs",
+          "tokens", "shard", "cost", "sequences");
+  for (size_t j = 0; j < v->n_slots; j++) {
+    const Packd__V1__DcpRankSlot *s = v->slots[j];
+    const Packd__V1__DcpGpu *u = s->gpu;
+    const Packd__V1__DcpGroup *g = s->group;
+    if (u == NULL || g == NULL) {
+      fprintf(f, "%6zu   idle\n", j);
+      continue;
+    }
+    char gpus[32];
+    snprintf(gpus, sizeof gpus, "%u-%u", g->first_gpu, g->first_gpu + g->size - 1);
+    fprintf(f, "%6zu %6u %5u %6u %9s %10llu %10llu %12.1f ", j, u->group, u->size, u->rank_in_group,
+            gpus, (unsigned long long)g->tokens, (unsigned long long)u->shard_tokens, g->cost);
+    for (size_t k = 0; k < g->n_seqs && k < DCP_SUMMARY_SEQS; k++)
+      fprintf(f, " %u", g->seqs[k]);
+    if (g->n_seqs > DCP_SUMMARY_SEQS)
+      fprintf(f, " ... (%zu more)", g->n_seqs - DCP_SUMMARY_SEQS);
+    fputc('\n', f);
+  }
+  return ferror(f) ? -1 : 0;
+}
+
 #define DCP_LEFT 72.0
 #define DCP_TOP 56.0
 #define DCP_CELL_W 36.0

@@ -10,6 +10,7 @@
 
 #include "packctl.h"
 #include "packctl_args.h"
+#include "packctl_dcp.h"
 #include "packctl_fail.h"
 #include "packctl_json.h"
 #include "packctl_output.h"
@@ -94,11 +95,13 @@ int packctl_plan_remote(const char *server, double timeout_s, const Packd__V1__P
 static void rank_plan_usage(FILE *f) {
   fputs("usage: packctl rank-plan [--server HOST:PORT] --plan-id ID --rank R [OPTIONS]\n"
         "\n"
-        "Fetches one data-parallel rank's part of a recent plan (GetRankPlan).\n"
+        "Fetches one data-parallel rank's part of a recent plan (GetRankPlan); of a\n"
+        "dynamic-CP plan, one GPU's part: its group in every slot.\n"
         "\n"
         "  --server HOST:PORT   the packd server (default: $PACKD_TARGET, else $PACKD_SERVER)\n"
         "  --plan-id ID         plan_id of a PlanResponse (required)\n"
-        "  --rank R             the DP rank, 0-based (required)\n"
+        "  --rank R             the DP rank, 0-based (required); for a dynamic-CP plan,\n"
+        "                       the GPU's index in the pool (dp-cp order)\n"
         "  --timeout SECONDS    deadline (default 30)\n"
         "  --format F           json (default) | summary\n" PACKCTL_CONN_USAGE
         "  -h, --help           this help\n"
@@ -223,6 +226,8 @@ int packctl_cmd_rank_plan(int argc, char **argv) {
   int wr;
   if (strcmp(format, "json") == 0)
     wr = packctl_write_json(stdout, &rk->base);
+  else if (rk->dynamic_cp != NULL)
+    wr = packctl_write_dcp_rank_summary(stdout, rk);
   else {
     write_rank_summary(stdout, rk);
     wr = 0;
