@@ -275,6 +275,46 @@ def test_plan_on_one_served_byte_equal_by_two_others(redis, replicas):
     assert redis.where in e.value.details()
 
 
+def test_dynamic_cp_gpu_parts_served_by_every_replica(redis, replicas):
+    """A dynamic-CP plan's GPU parts go to the store like DP ranks: one
+    field per GPU of the pool, served byte for byte by the other replicas
+    (each part the GPU's slice of the whole plan); a GPU outside the pool
+    is INVALID_ARGUMENT naming dp_rank, also when the store answers it."""
+    a = replicas.start(redis.url)
+    b = replicas.start(redis.url)
+    c = replicas.start(redis.url)
+    rnd = random.Random(11)
+    req = pb.PlanRequest(lengths=[rnd.choice([rnd.randint(100, 4000), rnd.randint(8000, 60000)])
+                                  for _ in range(300)])
+    req.parallel.dp, req.parallel.cp = 4, 4
+    req.parallel.dynamic_cp.SetInParent()
+    req.batching.max_tokens = 8192
+    req.cost.cp_token = 0.25
+    with a.channel() as ch:
+        resp = st.packd_pb2_grpc.PlannerStub(ch).Plan(req, timeout=30)
+        local = [rank_bytes(ch, resp.plan_id, g) for g in range(16)]
+    assert redis.cmd("HLEN", f"packd:{resp.plan_id}") == 16
+    for g, part in enumerate(local):
+        want = pb.RankPlan(dp_rank=g, plan_id=resp.plan_id)
+        want.dynamic_cp.pool = 16
+        for slot in resp.dynamic_cp.slots:
+            s = want.dynamic_cp.slots.add()
+            s.gpu.CopyFrom(slot.gpus[g])
+            s.group.CopyFrom(slot.groups[slot.gpus[g].group])
+        assert part == want.SerializeToString()
+    with b.channel() as ch:
+        assert [rank_bytes(ch, resp.plan_id, g) for g in range(16)] == local
+    with c.channel() as ch:
+        # Not in c's cache: the store's answer refuses the rank.
+        with pytest.raises(grpc.RpcError) as e:
+            rank_bytes(ch, resp.plan_id, 16)
+        assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "dp_rank: 16 is out of range" in e.value.details()
+        assert "has 16 ranks" in e.value.details()
+        assert rank_bytes(ch, resp.plan_id, 15) == local[15]
+    assert metric(b, 'packd_plan_store_reads_total{result="hit"}') >= 1
+
+
 def test_store_killed_and_restarted_under_load(redis, replicas):
     a = replicas.start(redis.url)
     b = replicas.start(redis.url)

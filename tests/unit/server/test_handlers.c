@@ -1,6 +1,7 @@
 /* Unit tests of server/handlers.c with the real codec, the real planner and
- * real protobuf-c bytes: Plan, GetRankPlan (hit, miss, expiry, bad rank),
- * Health/Check, and bad input that must become a status, never a crash. */
+ * real protobuf-c bytes: Plan, GetRankPlan (hit, miss, expiry, bad rank; a
+ * dynamic-CP plan's GPU parts), Health/Check, and bad input that must
+ * become a status, never a crash. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -229,6 +230,90 @@ static void test_get_rank_miss_expiry_and_bad_input(void **state) {
   free(req);
 }
 
+/* A dynamic-CP plan through the handlers: the cache keeps every GPU's
+ * part, GetRankPlan answers GPU g its slice of the whole answer (per slot
+ * its DcpGpu and its group, the same bytes as in the PlanResponse), a GPU
+ * outside the pool is INVALID_ARGUMENT naming dp_rank and the value, and
+ * the parts expire with the plan. */
+static void test_dynamic_cp_rank_plans(void **state) {
+  fixture_t *f = *state;
+  uint32_t lens[12] = {30000, 12000, 9000, 7000, 5000, 4000, 3000, 2500, 2000, 1500, 1200, 800};
+  Packd__V1__PlanRequest req = PACKD__V1__PLAN_REQUEST__INIT;
+  Packd__V1__Parallel par = PACKD__V1__PARALLEL__INIT;
+  Packd__V1__DynamicCp dcp = PACKD__V1__DYNAMIC_CP__INIT;
+  Packd__V1__Batching bat = PACKD__V1__BATCHING__INIT;
+  par.dp = 4;
+  par.cp = 2;
+  par.dynamic_cp = &dcp;
+  bat.max_tokens = 8192;
+  req.parallel = &par;
+  req.batching = &bat;
+  req.n_lengths = 12;
+  req.lengths = lens;
+  size_t len = packd__v1__plan_request__get_packed_size(&req);
+  uint8_t *buf = malloc(len);
+  packd__v1__plan_request__pack(&req, buf);
+  pk_reply_t r;
+  pk_handle_plan(&f->env, buf, len, &r);
+  assert_int_equal(r.code, PK_GRPC_OK);
+  Packd__V1__PlanResponse *resp = packd__v1__plan_response__unpack(NULL, r.len, r.bytes);
+  assert_non_null(resp);
+  assert_non_null(resp->dynamic_cp);
+  assert_int_equal(resp->dynamic_cp->pool, 8);
+  const Packd__V1__DynamicCpPlan *whole = resp->dynamic_cp;
+  for (uint32_t g = 0; g < 8; g++) {
+    size_t glen;
+    uint8_t *get = make_get(r.plan_id, g, &glen);
+    pk_reply_t a;
+    pk_handle_get_rank_plan(&f->env, get, glen, &a);
+    assert_int_equal(a.code, PK_GRPC_OK);
+    /* The expected part, built from the whole answer's own messages. */
+    Packd__V1__DcpRankSlot *slots = calloc(whole->n_slots, sizeof *slots);
+    Packd__V1__DcpRankSlot **ptr = calloc(whole->n_slots, sizeof *ptr);
+    for (size_t j = 0; j < whole->n_slots; j++) {
+      packd__v1__dcp_rank_slot__init(&slots[j]);
+      slots[j].gpu = whole->slots[j]->gpus[g];
+      uint32_t k = slots[j].gpu->group;
+      slots[j].group = k == UINT32_MAX ? NULL : whole->slots[j]->groups[k];
+      ptr[j] = &slots[j];
+    }
+    Packd__V1__DcpRankPlan view = PACKD__V1__DCP_RANK_PLAN__INIT;
+    view.pool = 8;
+    view.n_slots = whole->n_slots;
+    view.slots = ptr;
+    Packd__V1__RankPlan rk = PACKD__V1__RANK_PLAN__INIT;
+    rk.dp_rank = g;
+    rk.dynamic_cp = &view;
+    size_t want_len;
+    uint8_t *want = pack_rank(&rk, r.plan_id, &want_len);
+    assert_int_equal(a.len, want_len);
+    assert_memory_equal(a.bytes, want, want_len);
+    free(want);
+    free(slots);
+    free(ptr);
+    free(a.bytes);
+    free(get);
+  }
+  size_t glen;
+  pk_reply_t b;
+  uint8_t *get = make_get(r.plan_id, 8, &glen);
+  pk_handle_get_rank_plan(&f->env, get, glen, &b);
+  assert_int_equal(b.code, PK_GRPC_INVALID_ARGUMENT);
+  assert_non_null(strstr(b.message, "dp_rank: 8 is out of range"));
+  assert_non_null(strstr(b.message, "8 ranks"));
+  assert_null(b.bytes);
+  free(get);
+  pk_handler_env_t later = f->env;
+  later.now += 31;
+  get = make_get(r.plan_id, 0, &glen);
+  pk_handle_get_rank_plan(&later, get, glen, &b);
+  assert_int_equal(b.code, PK_GRPC_NOT_FOUND);
+  free(get);
+  packd__v1__plan_response__free_unpacked(resp, NULL);
+  free(r.bytes);
+  free(buf);
+}
+
 static void test_plan_errors_become_statuses(void **state) {
   fixture_t *f = *state;
   pk_reply_t r;
@@ -363,6 +448,7 @@ int main(void) {
       cmocka_unit_test_setup_teardown(test_plan_then_every_rank, setup, teardown),
       cmocka_unit_test_setup_teardown(test_same_request_same_plan, setup, teardown),
       cmocka_unit_test_setup_teardown(test_get_rank_miss_expiry_and_bad_input, setup, teardown),
+      cmocka_unit_test_setup_teardown(test_dynamic_cp_rank_plans, setup, teardown),
       cmocka_unit_test_setup_teardown(test_plan_errors_become_statuses, setup, teardown),
       cmocka_unit_test_setup_teardown(test_health, setup, teardown),
       cmocka_unit_test_setup_teardown(test_packed_response_equals_protobuf_c, setup, teardown),
