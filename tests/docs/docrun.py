@@ -303,7 +303,12 @@ class Runner:
         # were free when the document began).
         srv.port = int(grpc_addr.rsplit(":", 1)[1])
         srv.metrics_port = int(metrics_addr.rsplit(":", 1)[1])
-        cmd = [str(srv.binary), "--listen", grpc_addr, "--metrics-listen", metrics_addr, *srv.args]
+        # One fixed plan-id secret, so that a document may show the plan ids
+        # the server gives (keyed ids are random per process otherwise).
+        secret = Path(self.tmp) / ".doc-plan-id-secret"
+        secret.write_text("packd documentation examples\n")
+        cmd = [str(srv.binary), "--listen", grpc_addr, "--metrics-listen", metrics_addr,
+               "--plan-id-secret-file", str(secret), *srv.args]
         srv._log = tempfile.TemporaryFile(mode="w+")
         srv.proc = subprocess.Popen(cmd, stdout=srv._log, stderr=subprocess.STDOUT)
         srv._wait_serving()
