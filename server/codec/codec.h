@@ -8,6 +8,7 @@
 #ifndef PK_CODEC_H
 #define PK_CODEC_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -106,9 +107,14 @@ typedef struct pk_plan_call {
   /* Options. limits: max_sequences, max_plan_bytes, the stop and the
    * trace (its admit is the call's own). max_bytes: the largest packed
    * response (INT64_MAX: none). plan_id: writes the plan id of msg into id
-   * ("" when it cannot); NULL: the unkeyed pk_codec_plan_id. */
+   * ("" when it cannot); NULL: the unkeyed pk_codec_plan_id.
+   * response_only: the caller serves the PlanResponse alone (pk_plan_bytes),
+   * so a dynamic-CP plan's GPU parts are not packed (packed.n_ranks 0); a
+   * fixed-CP plan's ranks are packed either way, since its response is
+   * assembled from them. */
   pk_limits_t limits;
   int64_t max_bytes;
+  bool response_only;
   void (*plan_id)(const void *plan_id_arg, const Packd__V1__PlanRequest *msg, char *id,
                   size_t idlen);
   const void *plan_id_arg;

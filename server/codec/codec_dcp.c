@@ -235,7 +235,7 @@ done:
 }
 
 int pk_codec_pack_dcp_plan(const pk_dcp_plan_t *plan, const char *plan_id, int64_t max_bytes,
-                           pk_packed_plan_t *out) {
+                           bool response_only, pk_packed_plan_t *out) {
   *out = (pk_packed_plan_t){0};
   dcp_msgs_t m;
   int rc = dcp_msgs_build(plan, &m);
@@ -262,7 +262,8 @@ int pk_codec_pack_dcp_plan(const pk_dcp_plan_t *plan, const char *plan_id, int64
   out->resp = malloc(size ? size : 1);
   PK_CODEC_CHECK(out->resp != NULL, PK_ENOMEM);
   PK_CODEC_CHECK(packd__v1__plan_response__pack(&resp, out->resp) == size, PK_EINTERNAL);
-  rc = pack_gpus(&m, plan->pool, plan->slots, plan_id, max_bytes, out);
+  if (!response_only)
+    rc = pack_gpus(&m, plan->pool, plan->slots, plan_id, max_bytes, out);
 done:
   if (rc != PK_OK) {
     size_t len = out->resp_len, ranks_len = out->ranks_len;

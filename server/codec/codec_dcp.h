@@ -8,6 +8,7 @@
 #ifndef PK_CODEC_DCP_H
 #define PK_CODEC_DCP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -29,14 +30,15 @@ PK_EXPORT int pk_codec_dcp_request(const Packd__V1__PlanRequest *msg, pk_dcp_req
                                    char *err, size_t errlen);
 
 /* Packs a dynamic-CP plan under plan_id into out: resp, the PlanResponse
- * (dynamic_cp set, no RankPlans), and n_ranks = the pool's GPUs' RankPlans
- * in ranks and off, GPU g's holding dp_rank g, plan_id and, per slot, the
- * whole plan's DcpGpu of g and the DcpGroup it is in (absent when idle).
- * A group of c GPUs is in c of them, so together they may be larger than
- * resp. Returns 0; PK_ENOMEM; PK_EINTERNAL; or PK_ELIMIT when resp, or the
- * RankPlans together, would be over max_bytes (out->resp_len and
- * out->ranks_len then say which: ranks_len is 0 when resp was refused). */
+ * (dynamic_cp set, no RankPlans), and unless response_only, n_ranks = the
+ * pool's GPUs' RankPlans in ranks and off, GPU g's holding dp_rank g,
+ * plan_id and, per slot, the whole plan's DcpGpu of g and the DcpGroup it
+ * is in (absent when idle). A group of c GPUs is in c of them, so together
+ * they may be larger than resp. Returns 0; PK_ENOMEM; PK_EINTERNAL; or
+ * PK_ELIMIT when resp, or the RankPlans together, would be over max_bytes
+ * (out->resp_len and out->ranks_len then say which: ranks_len is 0 when
+ * resp was refused). */
 PK_EXPORT int pk_codec_pack_dcp_plan(const pk_dcp_plan_t *plan, const char *plan_id,
-                                     int64_t max_bytes, pk_packed_plan_t *out);
+                                     int64_t max_bytes, bool response_only, pk_packed_plan_t *out);
 
 #endif

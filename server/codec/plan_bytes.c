@@ -93,7 +93,7 @@ static int plan_dcp(const Packd__V1__PlanRequest *msg, pk_plan_call_t *call, cha
   double t1 = seconds();
   call->plan_seconds = t1 - t0;
   PK_CODEC_CHECK(rc == PK_OK, rc);
-  rc = pk_codec_pack_dcp_plan(plan, call->id, call->max_bytes, &call->packed);
+  rc = pk_codec_pack_dcp_plan(plan, call->id, call->max_bytes, call->response_only, &call->packed);
   call->pack_seconds = seconds() - t1;
   if (rc == PK_ELIMIT && err != NULL && errlen > 0 &&
       (int64_t)call->packed.resp_len > call->max_bytes)
@@ -176,7 +176,8 @@ int pk_plan_bytes(const uint8_t *req, size_t req_len, uint8_t **resp, size_t *re
   /* The server's default limits: the embedded mode refuses what it would. */
   pk_plan_call_t call = {.limits = {.max_sequences = PK_DEFAULT_MAX_SEQUENCES,
                                     .max_plan_bytes = PK_DEFAULT_MAX_PLAN_BYTES},
-                         .max_bytes = INT64_MAX};
+                         .max_bytes = INT64_MAX,
+                         .response_only = true};
   *resp = NULL;
   *resp_len = 0;
   int rc = pk_plan_request(req, req_len, &call, err, errlen);

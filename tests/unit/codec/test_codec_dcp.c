@@ -177,27 +177,38 @@ static void test_limit_on_response_and_parts(void **state) {
   uint32_t lens[60];
   pk_dcp_plan_t *plan = plan_of(60, 16, 16, lens);
   pk_packed_plan_t pp;
-  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", INT64_MAX, &pp), PK_OK);
+  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", INT64_MAX, false, &pp), PK_OK);
   size_t resp = pp.resp_len, ranks = pp.ranks_len;
   check_parts(&pp, "id", 60);
-  pk_packed_plan_free(&pp);
   assert_true(ranks > resp);
 
-  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", (int64_t)resp - 1, &pp), PK_ELIMIT);
+  /* response_only (pk_plan_bytes): the same response, no parts, and so
+   * only the response's own size limited. */
+  pk_packed_plan_t alone;
+  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", (int64_t)resp, true, &alone), PK_OK);
+  assert_int_equal(alone.resp_len, resp);
+  assert_memory_equal(alone.resp, pp.resp, resp);
+  assert_int_equal(alone.n_ranks, 0);
+  assert_int_equal(alone.ranks_len, 0);
+  assert_null(alone.ranks);
+  pk_packed_plan_free(&alone);
+  pk_packed_plan_free(&pp);
+
+  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", (int64_t)resp - 1, false, &pp), PK_ELIMIT);
   assert_int_equal(pp.resp_len, resp);
   assert_int_equal(pp.ranks_len, 0);
   assert_null(pp.resp);
   assert_null(pp.ranks);
   assert_null(pp.off);
 
-  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", (int64_t)ranks - 1, &pp), PK_ELIMIT);
+  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", (int64_t)ranks - 1, false, &pp), PK_ELIMIT);
   assert_int_equal(pp.resp_len, resp);
   assert_int_equal(pp.ranks_len, ranks);
   assert_null(pp.resp);
   assert_null(pp.ranks);
   assert_null(pp.off);
 
-  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", (int64_t)ranks, &pp), PK_OK);
+  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", (int64_t)ranks, false, &pp), PK_OK);
   assert_int_equal(pp.n_ranks, 16);
   pk_packed_plan_free(&pp);
   pk_dcp_plan_free(plan);
@@ -210,7 +221,7 @@ static void test_limit_messages(void **state) {
   uint32_t lens[60];
   pk_dcp_plan_t *plan = plan_of(60, 16, 16, lens);
   pk_packed_plan_t pp;
-  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", INT64_MAX, &pp), PK_OK);
+  assert_int_equal(pk_codec_pack_dcp_plan(plan, "id", INT64_MAX, false, &pp), PK_OK);
   size_t resp = pp.resp_len, ranks = pp.ranks_len;
   pk_packed_plan_free(&pp);
   pk_dcp_plan_free(plan);
