@@ -16,25 +16,7 @@
 #include <string.h>
 
 #include "codec.h"
-
-/* Bytes of v as a protobuf varint. */
-static size_t varint_size(size_t v) {
-  size_t n = 1;
-  while (v >= 0x80) {
-    v >>= 7;
-    n++;
-  }
-  return n;
-}
-
-static uint8_t *put_varint(uint8_t *p, size_t v) {
-  while (v >= 0x80) {
-    *p++ = (uint8_t)(v | 0x80);
-    v >>= 7;
-  }
-  *p++ = (uint8_t)v;
-  return p;
-}
+#include "codec_wire.h"
 
 /* The estimate of a plan's encoded size (pk_codec_plan_size_estimate), in
  * the largest encodings, in bytes: a tag is 1 byte for the field numbers
@@ -58,7 +40,7 @@ static uint8_t *put_varint(uint8_t *p, size_t v) {
 /* PlanResponse: plan_id and stats. */
 #define EST_FIXED ((1 + 1 + EST_PLAN_ID) + (1 + EST_LEN) + EST_STATS_FIELDS * (1 + EST_U64))
 
-/* Sum of varint_size(i) for i in 0..n-1, in closed form per byte width. */
+/* Sum of pk_wire_varint_size(i) for i in 0..n-1, in closed form per byte width. */
 static uint64_t index_varints(uint64_t n) {
   uint64_t total = 0, lo = 0;
   for (uint32_t w = 1; lo < n; w++) {
@@ -80,7 +62,7 @@ static uint64_t index_varints(uint64_t n) {
  * grouping needs a sort); ranks and mini-batches likewise. */
 uint64_t pk_codec_plan_size_estimate(const pk_plan_shape_t *shape) {
   uint64_t widest = shape->largest_micro > (uint64_t)INT32_MAX ? INT32_MAX : shape->largest_micro;
-  uint64_t per_seq_cu = 2ull * varint_size((size_t)widest);
+  uint64_t per_seq_cu = 2ull * pk_wire_varint_size((size_t)widest);
   uint64_t cells = (uint64_t)shape->dp * shape->mini_batches;
   return EST_FIXED + (uint64_t)shape->dp * EST_RANK + cells * EST_CELL +
          index_varints(shape->sequences) + shape->sequences * per_seq_cu +
@@ -122,7 +104,7 @@ static int pack_response(const Packd__V1__PlanResponse *resp, int64_t max_bytes,
   for (size_t r = 0; r < n; r++) {
     size_t len = packd__v1__rank_plan__get_packed_size(resp->ranks[r]);
     pp->off[r + 1] = pp->off[r] + len;
-    total += 1 + varint_size(len) + len; /* Tag of field 2 (one byte), length, bytes. */
+    total += 1 + pk_wire_varint_size(len) + len; /* Tag of field 2 (one byte), length, bytes. */
   }
   pp->resp_len = total;
   pp->ranks_len = pp->off[n];
@@ -138,7 +120,7 @@ static int pack_response(const Packd__V1__PlanResponse *resp, int64_t max_bytes,
     size_t len = pp->off[r + 1] - pp->off[r];
     packd__v1__rank_plan__pack(resp->ranks[r], pp->ranks + pp->off[r]);
     *p++ = (uint8_t)((2u << 3) | 2u); /* Field 2 (ranks), length-delimited. */
-    p = put_varint(p, len);
+    p = pk_wire_put_varint(p, len);
     memcpy(p, pp->ranks + pp->off[r], len);
     p += len;
   }

@@ -2,9 +2,11 @@
  * with the real planner and real protobuf-c bytes: on random dynamic-CP
  * requests, every GPU's packed RankPlan is its slice of the packed
  * PlanResponse (per slot, the whole plan's DcpGpu of that GPU and the
- * DcpGroup it is in, byte for byte), the parts together cover every group
- * once per GPU of the group and every sequence once, and the message limit
- * refuses the response or the parts by name, with nothing left allocated. */
+ * DcpGroup it is in, byte for byte), the response and the parts are the
+ * bytes protobuf-c packs for the same messages, the parts together cover
+ * every group once per GPU of the group and every sequence once, and the
+ * message limit refuses the response or the parts by name, with nothing
+ * left allocated. */
 #include <stdio.h>
 
 #include "codec_dcp.h"
@@ -71,10 +73,23 @@ static void assert_same_msg(const ProtobufCMessage *a, const ProtobufCMessage *b
   free(pb);
 }
 
-/* Checks every GPU's part of a packed plan against the whole response. */
-static void check_parts(const pk_packed_plan_t *pp, const char *id, size_t nseqs) {
+/* protobuf-c packs msg to exactly the len bytes at bytes. */
+static void assert_repacks(const ProtobufCMessage *msg, const uint8_t *bytes, size_t len) {
+  size_t n = 0;
+  uint8_t *again = pack_msg(msg, &n);
+  assert_int_equal(n, len);
+  assert_memory_equal(again, bytes, len);
+  free(again);
+}
+
+/* Checks every GPU's part of a packed plan against the whole response;
+ * returns the idle (slot, GPU) pairs. */
+static uint32_t check_parts(const pk_packed_plan_t *pp, const char *id, size_t nseqs) {
   Packd__V1__PlanResponse *resp = packd__v1__plan_response__unpack(NULL, pp->resp_len, pp->resp);
   assert_non_null(resp);
+  /* The codec assembles the bytes from parts packed once: they are what
+   * protobuf-c packs for the same message. */
+  assert_repacks(&resp->base, pp->resp, pp->resp_len);
   assert_int_equal(resp->n_ranks, 0);
   const Packd__V1__DynamicCpPlan *whole = resp->dynamic_cp;
   assert_non_null(whole);
@@ -86,10 +101,12 @@ static void check_parts(const pk_packed_plan_t *pp, const char *id, size_t nseqs
    * CP rank 0); members[j][k]: GPUs whose part names group k of slot j. */
   uint32_t *seen = fx_alloc(nseqs, sizeof *seen);
   uint32_t *members = fx_alloc(ns * pool, sizeof *members);
+  uint32_t idle = 0;
   for (uint32_t g = 0; g < pool; g++) {
     Packd__V1__RankPlan *rk =
         packd__v1__rank_plan__unpack(NULL, pp->off[g + 1] - pp->off[g], pp->ranks + pp->off[g]);
     assert_non_null(rk);
+    assert_repacks(&rk->base, pp->ranks + pp->off[g], pp->off[g + 1] - pp->off[g]);
     assert_int_equal(rk->dp_rank, g);
     assert_string_equal(rk->plan_id, id);
     assert_int_equal(rk->n_mini_batches, 0);
@@ -103,6 +120,7 @@ static void check_parts(const pk_packed_plan_t *pp, const char *id, size_t nseqs
       assert_same_msg(&part->gpu->base, &slot->gpus[g]->base);
       if (part->gpu->group == IDLE) {
         assert_null(part->group);
+        idle++;
         continue;
       }
       assert_true(part->gpu->group < slot->n_groups);
@@ -127,7 +145,9 @@ static void check_parts(const pk_packed_plan_t *pp, const char *id, size_t nseqs
     assert_int_equal(seen[i], 1);
   free(seen);
   free(members);
+  assert_int_equal(idle, whole->idle_gpu_slots);
   packd__v1__plan_response__free_unpacked(resp, NULL);
+  return idle;
 }
 
 /* Random requests through pk_plan_request (the server's path): every
@@ -148,6 +168,30 @@ static void test_parts_are_slices(void **state) {
     pk_packed_plan_free(&call.packed);
     free(bytes);
   }
+  /* Idle GPUs: Megatron-Core's scheduler (reproduced) on pools that are not
+   * a power of two can leave some in no group; their parts have no group. */
+  static const uint32_t idle_cases[][3] = {{7, 3, 5000}, {5, 2, 5000}, {7, 2, 100}};
+  uint32_t idle = 0;
+  for (size_t c = 0; c < sizeof idle_cases / sizeof idle_cases[0]; c++) {
+    uint32_t lens[3] = {idle_cases[c][2], idle_cases[c][2], idle_cases[c][2]};
+    Packd__V1__PlanRequest *m = fx_request_new();
+    fx_set_lengths(m, lens, idle_cases[c][1]);
+    fx_parallel(m)->dp = idle_cases[c][0];
+    m->parallel->dynamic_cp = fx_alloc(1, sizeof *m->parallel->dynamic_cp);
+    packd__v1__dynamic_cp__init(m->parallel->dynamic_cp);
+    m->parallel->dynamic_cp->algo = PACKD__V1__DCP_ALGO__DCP_ALGO_MEGATRON;
+    fx_batching(m)->max_tokens = 8192;
+    size_t len = 0;
+    uint8_t *bytes = fx_pack(m, &len);
+    packd__v1__plan_request__free_unpacked(m, NULL);
+    pk_plan_call_t call = {.max_bytes = INT64_MAX, .plan_id = fixed_id, .plan_id_arg = "idle"};
+    char err[512];
+    assert_int_equal(pk_plan_request(bytes, len, &call, err, sizeof err), PK_OK);
+    idle += check_parts(&call.packed, "idle", idle_cases[c][1]);
+    pk_packed_plan_free(&call.packed);
+    free(bytes);
+  }
+  assert_true(idle > 0);
 }
 
 /* Plans the request of n sequences on dp GPUs in groups of at least
