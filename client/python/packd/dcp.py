@@ -118,7 +118,8 @@ def rank_plan_message(response, g: int):
     plan = response.dynamic_cp
     if isinstance(g, bool) or not isinstance(g, (int, np.integer)) or not 0 <= g < plan.pool:
         raise InvalidArgument(f"dp_rank: {g!r} is not a GPU of plan {response.plan_id} (pool {plan.pool})")
-    out = _stubs.pb2().RankPlan(dp_rank=int(g), plan_id=response.plan_id)
+    g = int(g)
+    out = _stubs.pb2().RankPlan(dp_rank=g, plan_id=response.plan_id)
     view = out.dynamic_cp
     view.SetInParent()
     view.pool = plan.pool
