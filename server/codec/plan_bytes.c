@@ -107,7 +107,7 @@ static int plan_dcp(const Packd__V1__PlanRequest *msg, pk_plan_call_t *call, cha
      * to read a plan whose parts together pass this same limit. */
     snprintf(err, errlen,
              "response: the %u GPUs' rank plans for %llu sequences are %zu bytes together "
-             "(a group of c GPUs is in each of their c parts), over the limit "
+             "(each group is in the part of every GPU it spans), over the limit "
              "max_message_bytes = %lld",
              plan->pool, (unsigned long long)call->sequences, call->packed.ranks_len,
              (long long)call->max_bytes);

@@ -293,7 +293,7 @@ class Client:
 
     def rank_plan(self, plan_id: str, rank: int):
         """One rank's part of a recent plan (GetRankPlan): a RankPlan, or
-        for a dynamic-CP plan GPU ``rank``'s packd.dcp.GpuPlan (equal to
+        for a dynamic-CP plan GPU ``rank``'s packd.GpuPlan (equal to
         ``plan.gpu(rank)`` of the whole plan). NotFound when the plan has
         left the cache; InvalidArgument naming dp_rank when the plan has no
         such rank (or GPU)."""
