@@ -256,8 +256,10 @@ def measure(timer: Timer, keys, repeats: int, seed: int, log):
     if getattr(timer, "stable", False):
         return measure_stable(timer, keys, repeats, seed, log)
     inputs = {k: timer.inputs(k) for k in keys}
-    ref = timer.inputs(REFERENCE)
-    for k in sorted(keys, key=lambda k: sum(k))[:2]:  # warm-up: allocator, lazy init
+    # A timer whose keys are not plain length tuples (bench/e2e/ring.py's
+    # shard keys) names its own reference and the tokens of a key.
+    ref = timer.inputs(getattr(timer, "reference", REFERENCE))
+    for k in sorted(keys, key=getattr(timer, "work", sum))[:2]:  # warm-up: allocator, lazy init
         timer.run(inputs[k])
     raw = {k: [] for k in keys}
     speed = {k: [] for k in keys}
