@@ -59,3 +59,39 @@ def test_device_timer_path_on_the_host():
     times, raw = bench_run.measure(timer, keys, 3, 1, None)
     assert times is raw and set(times) == set(keys)
     assert all(len(v) == 3 and all(t > 0 for t in v) for v in times.values())
+
+
+def test_dcp_bench_smoke(tmp_path):
+    """bench/e2e/dcp.py --smoke: the emulated dynamic-CP step runs end to
+    end (phase one, calibration with CP terms, the calibrated plans), and
+    every timed shard is a dynamic-CP timing record that packd.calibrate
+    reads back into CP terms."""
+    import packd
+
+    timings = tmp_path / "dcp-timings.jsonl"
+    table = tmp_path / "dcp.md"
+    env = {k: v for k, v in os.environ.items() if k != "MEGATRON_CORE_DIR"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "e2e" / "dcp.py"), "--smoke", "--timings", str(timings),
+         "--out", str(table)],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| long_tail_rl | 8 |")]
+    names = [ln.split(" | ")[4] for ln in rows]
+    assert names[0] == "packd dynamic" and names[2] == "Megatron (packd repro)", names
+    assert names[1].startswith("packd fixed CP ") and names[-1] == names[1] + ", calibrated"
+    assert "packd dynamic, calibrated" in names
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("|").split("|")]
+        assert int(cells[5]) >= 1 and float(cells[7]) > 0 and float(cells[8]) > 0  # slots, Σmax, split
+    assert table.read_text().strip() == proc.stdout.strip()
+    assert "cp_group" in proc.stdout and "cp_token" in proc.stdout
+    records = [json.loads(ln) for ln in timings.read_text().splitlines()]
+    assert records and any(r["cp"] > 1 for r in records)
+    for r in records:
+        assert set(r) == {"lengths", "seconds", "cp"} and r["seconds"] > 0
+        c = r["cp"]
+        assert c == 1 or all(a % (2 * c) == 0 for a in r["lengths"]), r  # zigzag-aligned groups
+        assert sum(r["lengths"]) // c <= 64  # the smoke's per-GPU cap (8192 / 128)
+    cal = packd.calibrate(timings)
+    assert cal.cp and cal.samples == len(records)
