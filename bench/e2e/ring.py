@@ -84,25 +84,39 @@ def _above_diagonal(n: int) -> torch.Tensor:
     return m
 
 
-def _part(q, k, v, scale: float, causal: bool):
-    """Attention of q [Lq, H, D] over k, v [Lk, H, D]: the output and the
-    log-sum-exp of every query's scores ([H, Lq] each side)."""
-    s = torch.einsum("qhd,khd->hqk", q, k) * scale
+def _part(q, k, v, causal: bool):
+    """Attention of q [H, Lq, D] (already scaled) over k, v [H, Lk, D]: the
+    output [H, Lq, D] and the log-sum-exp of every query's scores
+    [H, Lq]."""
+    s = torch.matmul(q, k.transpose(1, 2))
     if causal:
-        s = s.masked_fill(_above_diagonal(q.shape[0]), float("-inf"))
+        s = s.masked_fill(_above_diagonal(q.shape[1]), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
-    o = torch.einsum("hqk,khd->qhd", torch.exp(s - lse[..., None]), v)
-    return o, lse
+    return torch.matmul(torch.exp(s - lse[..., None]), v), lse
 
 
 def _merge(parts):
     """Outputs of one query block against disjoint key sets, merged into the
-    attention over their union."""
+    attention over their union (each weighted by its share of the
+    softmax's denominator)."""
     if len(parts) == 1:
         return parts[0][0]
     lse = torch.stack([p[1] for p in parts])  # [n, H, Lq]
-    w = torch.exp(lse - torch.logsumexp(lse, dim=0))  # [n, H, Lq]
-    return sum(o * wi.transpose(0, 1)[..., None] for (o, _), wi in zip(parts, w))
+    w = torch.exp(lse - torch.logsumexp(lse, dim=0))[..., None]
+    return (torch.stack([p[0] for p in parts]) * w).sum(dim=0)
+
+
+def _local_causal(q, k, v, h: int):
+    """The first ring step on a sequence's local block [first h | rest]:
+    what a flash kernel computes of a causal square, in 2 x 2 tiles (the
+    tile above the diagonal skipped): first x first and rest x rest
+    causal, rest x first whole. Returns the parts of the first h queries
+    and of the rest."""
+    if h == 0:
+        return [], [_part(q, k, v, causal=True)]
+    return ([_part(q[:, :h], k[:, :h], v[:, :h], causal=True)],
+            [_part(q[:, h:], k[:, :h], v[:, :h], causal=False),
+             _part(q[:, h:], k[:, h:], v[:, h:], causal=True)])
 
 
 def ring_attention(q, kv, lengths, c: int, r: int) -> torch.Tensor:
@@ -111,38 +125,36 @@ def ring_attention(q, kv, lengths, c: int, r: int) -> torch.Tensor:
     group rank p's (k, v), each in that rank's local zigzag order; kv[r] is
     this GPU's own."""
     check_lengths(lengths, c)
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    qh = (q * (1.0 / math.sqrt(q.shape[-1]))).transpose(0, 1)  # [H, T/c, D]
+    kvh = [(k.transpose(0, 1), v.transpose(0, 1)) for k, v in kv]
     # Per sequence, the partial outputs of its first and second local chunk.
     first = [[] for _ in lengths]
     second = [[] for _ in lengths]
     for s in range(c):
         p = (r - s) % c
-        k, v = kv[p]
+        k, v = kvh[p]
         off = 0
         for i, a in enumerate(lengths):
             n = a // c
             h = n // 2
-            qs, ks, vs = q[off:off + n], k[off:off + n], v[off:off + n]
+            qs, ks, vs = qh[:, off:off + n], k[:, off:off + n], v[:, off:off + n]
             if p == r:  # both local chunks, causal among themselves
-                o, lse = _part(qs, ks, vs, scale, causal=True)
-                if c == 1:
-                    first[i].append((o, lse))
-                else:
-                    first[i].append((o[:h], lse[:, :h]))
-                    second[i].append((o[h:], lse[:, h:]))
+                f, g = _local_causal(qs, ks, vs, h)
+                first[i] += f
+                second[i] += g
             elif p < r:  # all local queries against the peer's first chunk
-                o, lse = _part(qs, ks[:h], vs[:h], scale, causal=False)
-                first[i].append((o[:h], lse[:, :h]))
-                second[i].append((o[h:], lse[:, h:]))
+                o, lse = _part(qs, ks[:, :h], vs[:, :h], causal=False)
+                first[i].append((o[:, :h], lse[:, :h]))
+                second[i].append((o[:, h:], lse[:, h:]))
             else:  # the local second chunk against both of the peer's
-                second[i].append(_part(qs[h:], ks, vs, scale, causal=False))
+                second[i].append(_part(qs[:, h:], ks, vs, causal=False))
             off += n
     out = []
     for f, g in zip(first, second):
-        out.append(_merge(f))
-        if g:
-            out.append(_merge(g))
-    return torch.cat(out) if out else q.new_zeros(q.shape)
+        if f:
+            out.append(_merge(f))
+        out.append(_merge(g))
+    return torch.cat(out, dim=1).transpose(0, 1) if out else q.new_zeros(q.shape)
 
 
 class ShardTimer:

@@ -79,8 +79,8 @@ def test_dcp_bench_smoke(tmp_path):
     rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| long_tail_rl | 8 |")]
     names = [ln.split(" | ")[4] for ln in rows]
     assert names[0] == "packd dynamic" and names[2] == "Megatron (packd repro)", names
-    assert names[1].startswith("packd fixed CP ") and names[-1] == names[1] + ", calibrated"
-    assert "packd dynamic, calibrated" in names
+    assert names[1].startswith("packd fixed CP ")
+    assert {"packd dynamic, calibrated", names[1] + ", calibrated"} <= set(names[3:]), names
     for ln in rows:
         cells = [c.strip() for c in ln.strip("|").split("|")]
         assert int(cells[5]) >= 1 and float(cells[7]) > 0 and float(cells[8]) > 0  # slots, Σmax, split
