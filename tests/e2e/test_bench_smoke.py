@@ -95,3 +95,33 @@ def test_dcp_bench_smoke(tmp_path):
         assert sum(r["lengths"]) // c <= 64  # the smoke's per-GPU cap (8192 / 128)
     cal = packd.calibrate(timings)
     assert cal.cp and cal.samples == len(records)
+
+
+class SlowingTimer:
+    """A timer of bench/e2e/run.py's interface whose machine runs at a
+    speed the test sets: a key of w tokens takes w * load seconds, the
+    reference (64 tokens) too."""
+
+    load = 1.0
+
+    def inputs(self, key):
+        return key
+
+    def run(self, key) -> float:
+        return sum(key) * self.load
+
+
+def test_later_measurements_share_the_first_calls_units():
+    """A second measure() on the same timer (the calibrated phase) is in the
+    units of the first even when the machine has become slower meanwhile:
+    the same work reads the same normalised time."""
+    sys.path[:0] = [str(REPO / "bench" / "e2e"), str(REPO / "tests" / "e2e")]
+    import run as bench_run
+
+    timer = SlowingTimer()
+    first, _ = bench_run.measure(timer, [(100,), (30, 20)], 2, 1, None)
+    timer.load = 2.5
+    second, raw = bench_run.measure(timer, [(100,), (7,)], 2, 2, None)
+    assert raw[(100,)] == [250.0, 250.0]
+    assert second[(100,)] == first[(100,)] == [100.0, 100.0]
+    assert second[(7,)] == [7.0, 7.0]
