@@ -297,7 +297,7 @@ def main(argv=None) -> int:
         with open(args.timings, "w") as f:
             for k in sorted(keys, key=lambda k: (k[0], sum(k[2]), k)):
                 f.write(json.dumps({"lengths": list(k[2]), "seconds": round(times[k], 6), "cp": k[0]}) + "\n")
-    out = report(cases, s, cal, command, mode, len(keys), time.perf_counter() - t_begin,
+    out = report(cases, s, cal, records, command, mode, len(keys), time.perf_counter() - t_begin,
                  (e2e.spread(raw), e2e.spread(runs)), cost0)
     print(out)
     if args.out:
@@ -305,7 +305,27 @@ def main(argv=None) -> int:
     return 0
 
 
-def report(cases, s: Setting, cal, command, mode, nkeys, seconds, spread, cost0) -> str:
+def residuals(records, cost) -> list:
+    """Where the fitted cost is off: the median of measured / predicted
+    over the fit's shards by group size and sequence count (the cost has
+    one per-sequence term for every group size)."""
+    buckets = [(1, 1), (2, 3), (4, 7), (8, 1 << 30)]
+    cell = {}
+    for r in records:
+        k = len(r["lengths"])
+        b = next(i for i, (lo, hi) in enumerate(buckets) if lo <= k <= hi)
+        cell.setdefault((r["cp"], b), []).append(r["seconds"] / cost.predict(r["lengths"], cp=r["cp"]))
+    names = ["1 sequence", "2-3", "4-7", "8+"]
+    out = ["measured / predicted per shard of the fit (median, count) by group size c and sequences on the GPU:",
+           "", "| c | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
+    for c in sorted({cc for cc, _ in cell}):
+        row = [f"{statistics.median(cell[c, b]):.2f} ({len(cell[c, b])})" if (c, b) in cell else "–"
+               for b in range(len(buckets))]
+        out.append(f"| {c} | " + " | ".join(row) + " |")
+    return out
+
+
+def report(cases, s: Setting, cal, cal_records, command, mode, nkeys, seconds, spread, cost0) -> str:
     m = s.model
     c = cal.cost
     lines = [
@@ -321,6 +341,8 @@ def report(cases, s: Setting, cal, command, mode, nkeys, seconds, spread, cost0)
         f"{c.per_micro_batch:.3g} s, per_sequence {c.per_sequence:.3g} s, linear {c.linear:.3g} s/token, "
         f"quadratic {c.quadratic:.3g} s/token^2, cp_group {c.cp_group:.3g} s per group x (c-1), cp_token "
         f"{c.cp_token:.3g} s per token x (c-1)/c; r2 {cal.r2:.4f}, MAPE {cal.mape:.1%} per shard",
+        "",
+    ] + residuals(cal_records, c) + [
         "",
         "| workload | GPUs | n | cap/GPU (real) | plan | slots | group sizes | Σmax (s) | split (s) | "
         "vs Megatron | vs fixed CP | predicted, calibrated (s) |",
