@@ -15,8 +15,8 @@ steps, forward and backward, no communication). The emulated step is
 terms to every timed shard (records with ``"cp": c``), packd plans the
 same batches again with the fitted cost, and the new plans are timed too.
 
-    bench/e2e/dcp.py               # the README table (about 10 minutes on 2 shared cores)
-    bench/e2e/dcp.py --quick       # one workload on 8 GPUs (about a minute)
+    bench/e2e/dcp.py               # the README table (about 5 minutes on 2 shared cores)
+    bench/e2e/dcp.py --quick       # one workload on 8 GPUs (under a minute)
     bench/e2e/dcp.py --smoke       # a tiny model and batch (seconds; tests/e2e runs it)
     bench/e2e/dcp.py --timings t.jsonl   # every timed shard: {"lengths", "seconds", "cp"}
 
