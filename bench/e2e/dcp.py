@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
-import math
 import os
 import random
 import statistics
@@ -71,7 +70,6 @@ class Setting:
     scale: int  # real lengths and caps are divided by this
     runs: list  # (workload, pool, sequences)
     repeats: int
-    batches: int = 1
 
 
 def setting(mode: str) -> Setting:
@@ -205,17 +203,32 @@ def make_cases(s: Setting, seed: int) -> list:
     cases = []
     for name, pool, n in s.runs:
         draw, real_cap = workloads[name]
-        for b in range(s.batches):
-            rng = random.Random(f"{seed}/{name}/{pool}/{n}/{b}")
-            real = np.asarray(draw(rng, n), dtype=np.int64)
-            lengths = np.maximum(1, -(-real // s.scale))
-            cap = real_cap // s.scale
-            cp = min(DCP.fixed_cp(lengths.tolist(), cap), pool)
-            cases.append(Case(name, pool, lengths, cap, real_cap, cp))
+        rng = random.Random(f"{seed}/{name}/{pool}/{n}/0")
+        real = np.asarray(draw(rng, n), dtype=np.int64)
+        lengths = np.maximum(1, -(-real // s.scale))
+        cap = real_cap // s.scale
+        cp = min(DCP.fixed_cp(lengths.tolist(), cap), pool)
+        cases.append(Case(name, pool, lengths, cap, real_cap, cp))
     return cases
 
 
 # ---- Main -----------------------------------------------------------------------
+
+
+def parse_runs(ap, text: str) -> list:
+    """--runs WORKLOAD:POOL:SEQUENCES,...; a bad entry exits 2 naming it."""
+    names = DCP.workloads()
+    runs = []
+    for item in text.split(","):
+        parts = item.split(":")
+        if len(parts) != 3 or not parts[1].isdigit() or not parts[2].isdigit():
+            ap.error(f"--runs: {item!r} is not WORKLOAD:POOL:SEQUENCES")
+        if parts[0] not in names:
+            ap.error(f"--runs: workload {parts[0]!r} is not one of {', '.join(names)}")
+        if int(parts[1]) < 1 or int(parts[2]) < 1:
+            ap.error(f"--runs: {item!r} needs at least one GPU and one sequence")
+        runs.append((parts[0], int(parts[1]), int(parts[2])))
+    return runs
 
 
 def main(argv=None) -> int:
@@ -242,7 +255,7 @@ def main(argv=None) -> int:
     if args.scale:
         s.scale = args.scale
     if args.runs:
-        s.runs = [(w, int(p), int(n)) for w, p, n in (x.split(":") for x in args.runs.split(","))]
+        s.runs = parse_runs(ap, args.runs)
     torch.set_num_threads(args.threads)
     log = (lambda msg: print(msg, file=sys.stderr, flush=True))
     client = packd.Client.local()

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 ALGOS = ["packd auto", "packd auto, model cost", "packd auto, calibrated", "verl", "MindSpeed-RL", "NeMo-RL", "slime (approx.)", "ROLL"]
 
@@ -125,3 +127,14 @@ def test_later_measurements_share_the_first_calls_units():
     assert raw[(100,)] == [250.0, 250.0]
     assert second[(100,)] == first[(100,)] == [100.0, 100.0]
     assert second[(7,)] == [7.0, 7.0]
+
+
+@pytest.mark.parametrize("runs, message", [
+    ("foo:8:3", "workload 'foo' is not one of azure_conv"),
+    ("long_tail_rl:8", "'long_tail_rl:8' is not WORKLOAD:POOL:SEQUENCES"),
+    ("azure_code:0:4", "'azure_code:0:4' needs at least one GPU and one sequence"),
+])
+def test_dcp_bench_bad_runs_exit_2_naming_the_entry(runs, message):
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "e2e" / "dcp.py"), "--runs", runs],
+                          cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
