@@ -256,8 +256,10 @@ def measure(timer: Timer, keys, repeats: int, seed: int, log):
     if getattr(timer, "stable", False):
         return measure_stable(timer, keys, repeats, seed, log)
     inputs = {k: timer.inputs(k) for k in keys}
-    ref = timer.inputs(REFERENCE)
-    for k in sorted(keys, key=lambda k: sum(k))[:2]:  # warm-up: allocator, lazy init
+    # A timer whose keys are not plain length tuples (bench/e2e/ring.py's
+    # shard keys) names its own reference and the tokens of a key.
+    ref = timer.inputs(getattr(timer, "reference", REFERENCE))
+    for k in sorted(keys, key=getattr(timer, "work", sum))[:2]:  # warm-up: allocator, lazy init
         timer.run(inputs[k])
     raw = {k: [] for k in keys}
     speed = {k: [] for k in keys}
@@ -279,7 +281,12 @@ def measure(timer: Timer, keys, repeats: int, seed: int, log):
             if log and (i + 1) % 200 == 0:
                 log(f"  repeat {rep + 1}/{repeats}: {i + 1}/{len(order)} micro-batches, "
                     f"{time.perf_counter() - t_start:.0f} s")
-    base = statistics.median(refs)
+    # Every call on the same timer is normalised to the speed of its first
+    # call, so that the times of a later phase (run on a machine that may
+    # be busier or idler by then) are in the same units as the first's.
+    base = getattr(timer, "reference_base", None)
+    if base is None:
+        base = timer.reference_base = statistics.median(refs)
     norm = {k: [t * base / sp for t, sp in zip(raw[k], speed[k])] for k in keys}
     return norm, raw
 

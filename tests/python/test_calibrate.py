@@ -374,6 +374,48 @@ def test_timing_takes_micro_batches(local):
     assert rec.records[0]["seconds"] >= 0.001
 
 
+def test_timing_takes_dynamic_cp_steps(local):
+    """A dynamic-CP plan's GpuStep is timed as its group's slots with the
+    group size as the record's cp (above 1 only), on the CPU and on the
+    CUDA path; the records calibrate the CP terms; an idle step and a bad
+    cp are refused by name."""
+    lengths = [30000, 12000, 9000, 7000, 5000, 4000, 3000, 2500, 2000, 1500, 1200, 800]
+    dplan = local.plan(lengths, dp=4, cp=2, max_tokens=8192, dynamic_cp=True, cp_token=0.25, cp_group=100)
+    rec = packd.timing.Recorder(device="cpu")
+    steps = [step for g in range(dplan.pool) for step in dplan.gpu(g) if step.group is not None]
+    for step in steps:
+        with rec.micro_batch(step):
+            pass
+    records = rec.records
+    assert len(records) == len(steps)
+    for step, r in zip(steps, records):
+        assert r["lengths"] == np.diff(step.cu_seqlens_padded).tolist()
+        assert r.get("cp", 1) == step.size and ("cp" in r) == (step.size > 1)
+    assert {step.size for step in steps} >= {1, 8}  # the worked example's slots
+    with rec.micro_batch([4096, 1024], cp=4):
+        pass
+    assert rec.records[-1]["cp"] == 4
+    idle = packd.dcp.GpuStep(2, None, 0, 0, 5, *(np.zeros(0, np.int64),) * 4, 0)
+    with pytest.raises(ValueError, match="GPU 5 is idle in slot 2"):
+        with rec.micro_batch(idle):
+            pass
+    for bad, msg in ((0, "cp: 0 is below 1"), (2.0, "cp: expected an integer group size")):
+        with pytest.raises(ValueError, match=msg):
+            with rec.micro_batch([8], cp=bad):
+                pass
+    assert len(rec) == len(steps) + 1  # refused blocks record nothing
+
+    rng = random.Random(5)
+    fit = packd.timing.Recorder()
+    for _ in range(80):  # a step of known per-GPU cost: 1 ms + 2 ms per extra GPU + tokens
+        c = rng.choice([1, 2, 4, 8])
+        ls = [2 * c * rng.randint(1, 200) for _ in range(rng.randint(1, 4))]
+        with fit.micro_batch(ls, cp=c):
+            time.sleep(1e-3 + 2e-3 * (c - 1) + 5e-6 * sum(ls) / c)
+    cal = packd.calibrate(fit)
+    assert cal.cp and cal.cost.cp_group > 0
+
+
 class FakeEvent:
     """torch.cuda.Event's timing surface on the CPU clock, counting the
     synchronizations."""
@@ -414,6 +456,10 @@ def test_timing_cuda_path_waits_only_at_read(monkeypatch):
     with rec.micro_batch([7], device="cpu"):
         pass
     assert FakeEvent.synced == 3 and len(rec.records) == 4
+    # A CP group's size travels with the pending events.
+    with rec.micro_batch(torch.tensor([64, 32]), cp=8):
+        pass
+    assert rec.records[-1]["cp"] == 8 and rec.records[-1]["lengths"] == [64, 32]
 
 
 def test_timing_on_a_gpu():

@@ -19,6 +19,14 @@ Every record is ``{"lengths": [...], "seconds": t}``, one JSON line in
 ``dump``: the format of ``packctl calibrate`` and :func:`packd.calibrate`.
 For a packd MicroBatch the lengths are its slots (the differences of
 ``cu_seqlens_padded``): what the planner costs.
+
+Under dynamic context parallelism each GPU times its own share of its
+group's work, and the record carries the group size, ``"cp": c`` (above 1
+only), from which the calibration fits the CP terms::
+
+    for step in dplan.gpu(rank):                    # a packd.DynamicCpPlan
+        with rec.micro_batch(step):                 # the group's slots, cp = step.size
+            loss = model(...); loss.backward()
 """
 
 from __future__ import annotations
@@ -40,6 +48,26 @@ def _is_cuda(device, lengths) -> bool:
     return bool(getattr(lengths, "is_cuda", False))
 
 
+def _group_size(lengths, cp) -> int:
+    """The CP group size of a timed block: ``cp`` when given, a dynamic-CP
+    GpuStep's size, else 1. An idle GPU's step has nothing to time."""
+    from .calibration import _as_cp
+
+    if cp is None and hasattr(lengths, "rank_in_group"):
+        if lengths.group is None:
+            raise ValueError(f"micro_batch: GPU {lengths.first_gpu} is idle in slot {lengths.slot} "
+                             f"(a GpuStep with no group has no work to time)")
+        cp = lengths.size
+    return 1 if cp is None else _as_cp(cp, "cp")
+
+
+def _record(lengths: list, seconds: float, c: int) -> dict:
+    rec = {"lengths": lengths, "seconds": seconds}
+    if c > 1:
+        rec["cp"] = c
+    return rec
+
+
 class Recorder:
     """Collects micro-batch timings. ``device``: where the timed work runs
     (None: CUDA when the lengths given are CUDA tensors, else the CPU);
@@ -51,11 +79,14 @@ class Recorder:
         self._pending: list = []  # (lengths, start event, end event)
 
     @contextmanager
-    def micro_batch(self, lengths, device=None):
+    def micro_batch(self, lengths, device=None, cp=None):
         """Times the block as one micro-batch of these sequences (a list of
-        ints, an array, a tensor or a packd MicroBatch)."""
+        ints, an array, a tensor, a packd MicroBatch, or a dynamic-CP plan's
+        GpuStep: its group's slots). ``cp``: the size of the CP group whose
+        GPU ran the block (default: a GpuStep's ``size``, else 1)."""
         from .calibration import _as_lengths
 
+        c = _group_size(lengths, cp)
         device = self.device if device is None else device
         if _is_cuda(device, lengths):
             import torch
@@ -67,20 +98,19 @@ class Recorder:
             start.record()
             yield
             end.record()
-            self._pending.append((held, start, end))
+            self._pending.append((held, start, end, c))
             return
         held = _as_lengths(lengths, "lengths")
         t0 = time.perf_counter()
         yield
-        self._done.append({"lengths": held, "seconds": time.perf_counter() - t0})
+        self._done.append(_record(held, time.perf_counter() - t0, c))
 
     def _flush(self) -> None:
         from .calibration import _as_lengths
 
-        for held, start, end in self._pending:
+        for held, start, end, c in self._pending:
             end.synchronize()
-            self._done.append({"lengths": _as_lengths(held, "lengths"),
-                               "seconds": start.elapsed_time(end) / 1000.0})
+            self._done.append(_record(_as_lengths(held, "lengths"), start.elapsed_time(end) / 1000.0, c))
         self._pending.clear()
 
     @property
