@@ -285,6 +285,38 @@ def _cost_arg(name: str, value) -> float:
     return float(value)
 
 
+# The per-micro-batch cost the dynamic-CP scheduler adds where its cost has
+# none, as a fraction of one GPU's cost at the cap: small enough to change
+# no step that differs by more than rounding, large enough for the planner
+# to tell the counts apart. Under linear and quadratic terms alone, merging
+# micro-batches whose samples fit one group of the whole pool never raises
+# the step, so equal steps at different counts are common; every
+# micro-batch has fixed work (launches, pipeline fill) that such a cost
+# leaves unpriced, and Megatron-LM's own dynamic-CP tests expect the
+# fewer micro-batches.
+_MICRO_BATCH_TIE = 1e-9
+
+
+def _with_micro_batch_cost(cost, cap: int):
+    """``cost`` (None: packd's default) as a packd.Cost whose
+    per_micro_batch term is at least ``_MICRO_BATCH_TIE`` of the cost of
+    ``cap`` tokens on one GPU, so that of two plans with the same step the
+    planner keeps the one with fewer micro-batches."""
+    import dataclasses
+
+    from .calibration import Cost
+
+    base = Cost() if cost is None else Cost.coerce(cost)
+    if base.per_micro_batch > 0:
+        return base
+    linear, quadratic = base.linear, base.quadratic
+    if linear == 0 and quadratic == 0:
+        # The planner's default cost (pk_planner.h).
+        linear, quadratic = 1.0, 1.0 / 24576.0
+    full = linear * cap + quadratic * float(cap) * float(cap)
+    return dataclasses.replace(base, per_micro_batch=_MICRO_BATCH_TIE * full)
+
+
 def _aligned(length: int, size: int) -> int:
     """A sequence's tokens in a zigzag group of ``size`` GPUs (TP 1): a
     multiple of 2 x size, as the planner aligns it; unaligned at size 1."""
@@ -359,6 +391,7 @@ class BalancedCPScheduler(DpBalancedScheduler):
             )
         self.cp_token = _cost_arg("cp_token", cp_token)
         self.cp_group = _cost_arg("cp_group", cp_group)
+        self._plan_cost = _with_micro_batch_cost(cost, self.max_seqlen_per_dp_cp_rank)
 
     def get_groups_and_subsamples(self, sample_id_seqlens):
         """Schedules ``sample_id_seqlens`` (``[(id, seqlen), ...]``, ids
@@ -399,14 +432,8 @@ class BalancedCPScheduler(DpBalancedScheduler):
         try:
             plan = client.plan(
                 lengths,
-                dp=self.dp_size,
-                cp=self.cp_size,
-                max_tokens=cap,
-                max_seqs=self.max_num_seqs or 0,
                 dynamic_cp={"min_size": self.min_cp_size} if self.min_cp_size > 1 else True,
-                cost=self.cost,
-                cp_token=self.cp_token,
-                cp_group=self.cp_group,
+                **self._plan_args(),
             )
         except FailedPrecondition as exc:
             raise SchedulingError(f"sample_id_seqlens: no dynamic-CP schedule (the planner: {exc.message})") from None
@@ -436,6 +463,18 @@ class BalancedCPScheduler(DpBalancedScheduler):
                     row[g] = list(members)
             out.append(row)
         return out
+
+    def _plan_args(self) -> dict:
+        """The planner keywords of this scheduler's requests."""
+        return dict(
+            dp=self.dp_size,
+            cp=self.cp_size,
+            max_tokens=self.max_seqlen_per_dp_cp_rank,
+            max_seqs=self.max_num_seqs or 0,
+            cost=self._plan_cost,
+            cp_token=self.cp_token,
+            cp_group=self.cp_group,
+        )
 
     def _round_to_multiple(self, slots: list, lengths) -> None:
         """Makes the slot count a multiple of the VPP group, in place:
