@@ -151,9 +151,9 @@ class DpBalancedScheduler:
 
     # Megatron-Core's packing pipeline reads this (fixed CP here).
     is_dynamic_cp = False
-    # The Megatron-Core class whose ``run`` and ``get_required_sample_keys``
-    # this one uses: the scheduler it stands in for, else the first of these
-    # the installed version has.
+    # The Megatron-Core classes whose ``run`` and ``get_required_sample_keys``
+    # this one uses, in order of preference: the first the installed version
+    # defines (the scheduler it stands in for, where that exists).
     _megatron_classes = ("DpBalancedScheduler",)
 
     def __init__(
