@@ -48,6 +48,11 @@
  * sizes. */
 #define DCP_BOUND_ANY_SIZES 64u
 
+/* Longest sequences the tall-slot bound looks at: each is a prefix of the
+ * longest, its slots counted from 1 to its size (quadratic in this). The
+ * bound is set by the few longest. Unit: sequences. */
+#define DCP_BOUND_TALL_TOP 32u
+
 /* ---- Levelling (level.c) ------------------------------------------------- */
 
 /* Passes over the slots. Unit: passes. */
