@@ -68,6 +68,7 @@ typedef struct scratch {
   uint64_t *lo;    /* nsize: least groups per class. */
   uint64_t *cnt;   /* nsize. */
   double *work;    /* nsize. */
+  double *top;     /* nsize: the costliest sequence of each class. */
 } scratch_t;
 
 /* The size at which sequence i's pool work is least (from kmin; with any
@@ -158,12 +159,14 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
   for (uint32_t k = 0; k < ns; k++) {
     w->cnt[k] = 0;
     w->work[k] = 0;
+    w->top[k] = 0;
     vol[k] = 0;
   }
   for (uint32_t i = 0; i < it->n; i++) {
     uint32_t k = w->k[i];
     w->cnt[k]++;
     w->work[k] += cfg->size[k] * w->cost[i];
+    w->top[k] = fmax(w->top[k], w->cost[i]);
     vol[k] += dcp_item_aligned(cfg, it, i, k);
   }
   uint64_t width = 0, room = (uint64_t)m * cfg->pool;
@@ -178,19 +181,23 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
       lo = PK_MAX(lo, (w->cnt[k] + cfg->max_seqs - 1) / cfg->max_seqs);
     lo = PK_MAX(lo, 1);
     double want = level > 0 ? w->work[k] / (c * level) : 1;
-    uint64_t g = want >= (double)w->cnt[k] ? w->cnt[k] : (uint64_t)llround(want);
+    uint64_t g = want >= (double)w->cnt[k] ? w->cnt[k] : (uint64_t)ceil(want);
     w->lo[k] = lo;
     w->ngrp[k] = PK_MIN(PK_MAX(g, lo), w->cnt[k]);
     width += w->ngrp[k] * c;
   }
-  /* Too wide: drop a group from the class whose level rises least. */
+  /* Too wide: drop a group from the class whose level rises least. A
+   * class's level is its work per GPU of its groups, and at least its
+   * costliest sequence: a class of a few long sequences keeps a group per
+   * sequence while the many short ones give up GPUs (their level rises
+   * little). */
   while (width > room) {
     uint32_t best = UINT32_MAX;
     double bl = INFINITY;
     for (uint32_t k = 0; k < ns; k++) {
       if (w->ngrp[k] <= w->lo[k])
         continue;
-      double l = w->work[k] / ((double)(w->ngrp[k] - 1) * cfg->size[k]);
+      double l = fmax(w->work[k] / ((double)(w->ngrp[k] - 1) * cfg->size[k]), w->top[k]);
       if (l < bl) {
         bl = l;
         best = k;
@@ -209,7 +216,7 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
     for (uint32_t k = 0; k < ns; k++) {
       if (w->ngrp[k] >= w->cnt[k] || width + cfg->size[k] > room)
         continue;
-      double l = w->work[k] / ((double)w->ngrp[k] * cfg->size[k]);
+      double l = fmax(w->work[k] / ((double)w->ngrp[k] * cfg->size[k]), w->top[k]);
       if (l > bl) {
         bl = l;
         best = k;
@@ -339,6 +346,7 @@ static void scratch_free(scratch_t *w) {
   free(w->lo);
   free(w->cnt);
   free(w->work);
+  free(w->top);
 }
 
 /* One plan at m slots into s (initialised here). Returns 0, 1 when m slots
@@ -537,12 +545,13 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   w.lo = pk_malloc_array(ns, sizeof *w.lo);
   w.cnt = pk_malloc_array(ns, sizeof *w.cnt);
   w.work = pk_malloc_array(ns, sizeof *w.work);
+  w.top = pk_malloc_array(ns, sizeof *w.top);
   dcp_state_t best = {0}, cur = {0};
   double best_step = INFINITY;
   int rc = 0;
   if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.order == NULL ||
       w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL || w.lo == NULL ||
-      w.cnt == NULL || w.work == NULL) {
+      w.cnt == NULL || w.work == NULL || w.top == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: out of memory for %u sequences", n);
     goto done;
   }
