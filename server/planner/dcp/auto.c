@@ -31,8 +31,20 @@
  * step wins): every sequence at its cheapest size (spreading left to the
  * idle filling), or the costliest spread while it pays. The second wins
  * when long sequences would set their slots' times; the first when many
- * sequences are near the level and spreading them only adds CP cost. */
-enum { DCP_SIZES_CHEAPEST = 0, DCP_SIZES_SPREAD = 1, DCP_SIZE_POLICIES = 2 };
+ * sequences are near the level and spreading them only adds CP cost. The
+ * shelf plans try a third: spreading against the least height of the
+ * costliest sequence instead of the mean level, for batches where that
+ * sequence makes its slot tall anyway: the sequences under that height stay
+ * at their cheapest size and fill the tall slot's other GPUs (up to the
+ * cap), where spreading them against the mean level would only add CP
+ * work. */
+enum {
+  DCP_SIZES_CHEAPEST = 0,
+  DCP_SIZES_SPREAD = 1,
+  DCP_SIZE_POLICIES = 2,
+  DCP_SIZES_TALL = 2,
+  DCP_SHELF_POLICIES = 3
+};
 
 typedef struct sort_arg {
   const uint32_t *k;
@@ -126,11 +138,18 @@ static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t
     work += cfg->size[k0[i]] * dcp_item_cost(cfg, it, i, k0[i]);
   double slots_gpus = (double)m * cfg->pool;
   double level = work / slots_gpus;
+  if (policy == DCP_SIZES_TALL && it->n > 0) {
+    uint32_t i = by[0];
+    double h = INFINITY;
+    for (uint32_t q = k0[i]; q < cfg->nsize; q = next_size(cfg, k0[i], q))
+      h = fmin(h, dcp_group_base(cfg, cfg->size[q]) + dcp_item_cost(cfg, it, i, q));
+    level = fmax(level, h);
+  }
   for (uint32_t x = 0; x < it->n; x++) {
     uint32_t i = by[x];
     uint32_t k = k0[i];
     double u0 = dcp_item_cost(cfg, it, i, k), w0 = cfg->size[k] * u0, c = u0;
-    if (policy == DCP_SIZES_SPREAD && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
+    if (policy != DCP_SIZES_CHEAPEST && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
       double best = u0 + dcp_group_base(cfg, cfg->size[k]) - level, bw = w0;
       for (uint32_t q = k + 1; q < cfg->nsize; q = next_size(cfg, k, q)) {
         double uq = dcp_item_cost(cfg, it, i, q), wq = cfg->size[q] * uq;
@@ -565,7 +584,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   /* Shelf plans: every sequence at its cheapest size, then spread with the
    * level of the slot count the first plan used. */
   uint32_t m_shelf = dcp_slots_lower_bound(cfg, it);
-  for (uint32_t policy = 0; policy < DCP_SIZE_POLICIES; policy++) {
+  for (uint32_t policy = 0; policy < DCP_SHELF_POLICIES; policy++) {
     rc = plan_shelf(cfg, it, limits, m_shelf, policy, k0, by, &w, &cur);
     if (rc != 0)
       goto fail;
