@@ -536,8 +536,18 @@ static uint64_t idle_of(const dcp_state_t *s) {
 
 /* Keeps cur when it leaves fewer GPUs idle than *best, or as many at a
  * lower step (cur is emptied then): a plan leaves a GPU idle only when no
- * candidate could avoid it. */
-static void keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) {
+ * candidate could avoid it. On batches of up to DCP_LEVEL_ALL_MAX_N
+ * sequences a candidate within DCP_LEVEL_ALL_SLACK of the best step so far
+ * is levelled first: one whose groups are right but whose sequences are
+ * dealt badly (two long ones sharing a group while another group has room)
+ * often levels to the best plan. Returns 0 or the levelling's error. */
+static int keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) {
+  if (cur->it->n <= DCP_LEVEL_ALL_MAX_N &&
+      dcp_state_step(cur) < *best_step * (1 + DCP_LEVEL_ALL_SLACK)) {
+    int rc = dcp_level(cur);
+    if (rc != 0)
+      return rc;
+  }
   double step = dcp_state_step(cur);
   uint64_t idle = idle_of(cur), best_idle = best->g != NULL ? idle_of(best) : UINT64_MAX;
   if (idle < best_idle || (idle == best_idle && step < *best_step)) {
@@ -546,6 +556,7 @@ static void keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) 
     *best = *cur;
     memset(cur, 0, sizeof *cur);
   }
+  return 0;
 }
 
 int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
@@ -590,20 +601,25 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
       goto fail;
     if (policy == DCP_SIZES_CHEAPEST)
       m_shelf = cur.m;
-    keep_better(&best, &cur, &best_step);
+    rc = keep_better(&best, &cur, &best_step);
+    if (rc != 0)
+      goto fail;
     dcp_state_free(&cur);
   }
   rc = plan_fixed(cfg, it, limits, &cur);
   if (rc < 0)
     goto fail;
   if (rc == 0)
-    keep_better(&best, &cur, &best_step);
+    rc = keep_better(&best, &cur, &best_step);
+  if (rc < 0)
+    goto fail;
   dcp_state_free(&cur);
   if (n <= DCP_CLASS_MAX_N) {
     rc = plan_megatron(cfg, it, limits, &cur);
+    if (rc == 0)
+      rc = keep_better(&best, &cur, &best_step);
     if (rc < 0)
       goto fail;
-    keep_better(&best, &cur, &best_step);
     dcp_state_free(&cur);
   }
   /* Class plans at counts from the bound up, on batches small enough for
@@ -622,7 +638,9 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
         goto fail;
       if (rc == 0) {
         packed = true;
-        keep_better(&best, &cur, &best_step);
+        rc = keep_better(&best, &cur, &best_step);
+        if (rc < 0)
+          goto fail;
       }
       dcp_state_free(&cur);
     }
@@ -634,8 +652,10 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     rc = pk_fail(err, errlen, PK_EINTERNAL, "dynamic CP: no slot count up to %u packs", n);
     goto done;
   }
-  /* Levelling, on the winner only (it is the costliest stage). */
-  rc = dcp_level(&best);
+  /* Levelling, on the winner only on large batches (it is the costliest
+   * stage); small ones levelled every candidate. */
+  if (n > DCP_LEVEL_ALL_MAX_N)
+    rc = dcp_level(&best);
   if (rc != 0)
     goto fail;
   rc = dcp_state_export(&best, out);
