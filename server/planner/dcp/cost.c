@@ -6,10 +6,11 @@
  * over pool x cap slots, nor fewer than n / (max_seqs x groups per slot).
  *
  * Step: a slot costs its costliest GPU, which is at least per_micro_batch
- * plus the mean over the pool of the sequences' costs in it; summed over
- * slots, at least slots x per_micro_batch plus every sequence's least pool
- * work (c x its per-GPU cost, least over the sizes it may use) over the
- * pool. And the slot of the costliest sequence costs at least that
+ * plus the mean over the pool of its groups' other costs (cp_group terms
+ * and sequences); summed over slots, at least slots x per_micro_batch plus
+ * every sequence's least pool work (c x its per-GPU cost, least over the
+ * sizes it may use, plus its share of the cp_group terms, group_share)
+ * over the pool. And the slot of the costliest sequence costs at least that
  * sequence alone in its cheapest group; the other slots at least
  * per_micro_batch each. The threshold bound (below) charges the extra work
  * of spreading the costliest sequences; the tall-slot bound (below) charges
@@ -25,6 +26,7 @@
 
 static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t *tokens,
                   double *work);
+static double group_share(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t tokens);
 static double dcp_tall_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots,
                              double work);
 
@@ -74,7 +76,10 @@ static double dcp_threshold_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, u
   uint32_t nc = 0;
   for (uint32_t x = 0; x < top; x++) {
     uint64_t t;
+    /* The sequence terms alone: the group share is in `work` already and
+     * does not change with the size. */
     least(cfg, it, idx[x], &t, &cheap[x]);
+    cheap[x] -= group_share(cfg, it, idx[x], t);
     for (uint32_t k = it->kmin[idx[x]]; k < cfg->nsize && k < it->kmin[idx[x]] + ns; k++)
       cand[nc++] = dcp_group_base(cfg, cfg->size[k]) + dcp_item_cost(cfg, it, idx[x], k);
   }
@@ -240,10 +245,22 @@ done:
   return best;
 }
 
+/* Sequence i's share of its group's cp_group terms, `tokens` being its
+ * least aligned length: a group of c GPUs holds at most c x cap aligned
+ * tokens and costs the pool c x cp_group (c - 1), so at least
+ * cp_group (c - 1) / cap per token, and c is at least the sequence's
+ * smallest size. Charging each sequence cp_group (c_min - 1) / cap per
+ * least token therefore never exceeds the cp_group work a plan pays. */
+static double group_share(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i,
+                          uint64_t tokens) {
+  return cfg->cp_group * (double)(cfg->size[it->kmin[i]] - 1) * (double)tokens / (double)cfg->cap;
+}
+
 /* The least aligned length and pool work of sequence i over the sizes it
- * may use. With any-size groups the scan over every size would be n x pool,
- * so the bound uses the real length and the smallest usable size there,
- * which every term only raises. */
+ * may use, the work with its group share (group_share). With any-size
+ * groups the scan over every size would be n x pool, so the bound uses the
+ * real length and the smallest usable size there, which every term only
+ * raises. */
 static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t *tokens,
                   double *work) {
   uint32_t k0 = it->kmin[i];
@@ -251,7 +268,8 @@ static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint6
     uint32_t c = cfg->size[k0];
     uint64_t l = it->len[i];
     *tokens = l;
-    *work = c * cfg->base.seq + pk_token_cost(&cfg->base, l) + cfg->cp_token * (double)l * (c - 1);
+    *work = c * cfg->base.seq + pk_token_cost(&cfg->base, l) + cfg->cp_token * (double)l * (c - 1) +
+            group_share(cfg, it, i, l);
     return;
   }
   *tokens = UINT64_MAX;
@@ -262,6 +280,7 @@ static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint6
     *tokens = PK_MIN(*tokens, a);
     *work = fmin(*work, w);
   }
+  *work += group_share(cfg, it, i, *tokens);
 }
 
 uint32_t dcp_slots_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it) {
