@@ -1,13 +1,15 @@
 #!/usr/bin/python3
 """Where the gap between packd's dynamic-CP step and its proven bound lies,
 on the bench's worst cases: the same batches as run.py (same seeds), and
-for each batch the step of pk_dcp_plan (AUTO), the library's bound, and two
-of its terms recomputed here from the formula of pk_dcp.h: the work bound
-(every sequence's least pool work over the pool) and the tall-slot bound
-(the slots of the longest sequences hold at most pool x cap tokens, so the
-work they cannot take needs other slots; server/planner/dcp/cost.c). A
-step far above a bound that the terms agree on points at the plan; a bound
-that only the work term sets points at the bound.
+for each batch the step of pk_dcp_plan (AUTO), the library's bound, two of
+its terms recomputed here from the formula of pk_dcp.h: the work bound
+(every sequence's least pool work, with its share of the cp_group terms,
+over the pool) and the tall-slot bound (the slots of the longest sequences
+hold at most pool x cap tokens, so the work they cannot take needs other
+slots; server/planner/dcp/cost.c), and packd's fixed-CP step as run.py
+plans it, with the bound over it: how far below fixed CP any plan could
+go. A step far above a bound that the terms agree on points at the plan; a
+bound that only the work term sets points at the bound.
 
 Usage:
   PACKD_BUILD_DIR=build /usr/bin/python3 bench/dcp/gap.py [COST/WORKLOAD/GPUS/N ...]
@@ -51,8 +53,9 @@ def terms(lengths, pool, cap, cost):
     items = []
     for n in lengths:
         cs = [c for c in sizes_of(pool) if aligned(c, n) <= c * cap]
-        work = min(c * per_gpu(c, n) for c in cs)
         tokens = min(aligned(c, n) for c in cs)
+        # The share of the cp_group terms of the smallest group it may use.
+        work = min(c * per_gpu(c, n) for c in cs) + cp_group * (cs[0] - 1) * tokens / cap
         height = min(micro + cp_group * (c - 1) + per_gpu(c, n) for c in cs)
         items.append((n, work, tokens, height))
     total = sum(x[1] for x in items)
@@ -88,8 +91,9 @@ def terms(lengths, pool, cap, cost):
 def main():
     cases = [a for a in sys.argv[1:] if "/" in a] or WORST
     work = run.workloads()
-    print("| case | batch | packd step | bound | step / bound | work bound | tall-slot bound |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print("| case | batch | packd step | bound | step / bound | work bound | tall-slot bound | "
+          "fixed CP step | bound / fixed CP |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name in cases:
         cost_name, wname, pool, n = name.split("/")
         pool, n = int(pool), int(n)
@@ -99,11 +103,14 @@ def main():
         rng = random.Random(f"{cost_name}/{wname}/{pool}/{n}")
         for b in range(4):
             lengths = wl(rng, n)
-            out = run.run_tool([f"plan auto {pool} 1 1 {cap} " + " ".join(repr(c) for c in cost) +
-                                " | " + " ".join(map(str, lengths))])[0]
+            cp = min(run.fixed_cp(lengths, cap), pool)
+            head = f"{cap} " + " ".join(repr(c) for c in cost) + " | " + " ".join(map(str, lengths))
+            out, fixed = run.run_tool([f"plan auto {pool} 1 1 " + head,
+                                       f"plan fixed {pool // cp} {cp} 1 " + head])
             by_work, tall = terms(lengths, pool, cap, cost)
             print(f"| {name} | {b} | {out['step']:.0f} | {out['bound']:.0f} | "
-                  f"{out['step'] / out['bound']:.4f} | {by_work:.0f} | {tall:.0f} |", flush=True)
+                  f"{out['step'] / out['bound']:.4f} | {by_work:.0f} | {tall:.0f} | "
+                  f"{fixed['step']:.0f} | {out['bound'] / fixed['step']:.3f} |", flush=True)
 
 
 if __name__ == "__main__":
