@@ -122,6 +122,16 @@ static uint32_t next_size(const dcp_cfg_t *cfg, uint32_t k, uint32_t q) {
   return next == UINT32_MAX || next <= q ? q + 1 : next;
 }
 
+/* The least per-GPU cost of sequence i alone in a group, group terms
+ * included, over the sizes from k0[i] that next_size visits. */
+static double least_alone(const dcp_cfg_t *cfg, const dcp_items_t *it, const uint32_t *k0,
+                          uint32_t i) {
+  double h = INFINITY;
+  for (uint32_t q = k0[i]; q < cfg->nsize; q = next_size(cfg, k0[i], q))
+    h = fmin(h, dcp_group_base(cfg, cfg->size[q]) + dcp_item_cost(cfg, it, i, q));
+  return h;
+}
+
 /* Step 1: sizes for slot count m. A slot costs at least the level (pool
  * work / (m x pool)); a sequence whose per-GPU cost u is above it raises its
  * slot by about u - level, and a larger size lowers u but adds its extra
@@ -138,13 +148,8 @@ static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t
     work += cfg->size[k0[i]] * dcp_item_cost(cfg, it, i, k0[i]);
   double slots_gpus = (double)m * cfg->pool;
   double level = work / slots_gpus;
-  if (policy == DCP_SIZES_TALL && it->n > 0) {
-    uint32_t i = by[0];
-    double h = INFINITY;
-    for (uint32_t q = k0[i]; q < cfg->nsize; q = next_size(cfg, k0[i], q))
-      h = fmin(h, dcp_group_base(cfg, cfg->size[q]) + dcp_item_cost(cfg, it, i, q));
-    level = fmax(level, h);
-  }
+  if (policy == DCP_SIZES_TALL && it->n > 0)
+    level = fmax(level, least_alone(cfg, it, k0, by[0]));
   for (uint32_t x = 0; x < it->n; x++) {
     uint32_t i = by[x];
     uint32_t k = k0[i];
@@ -595,7 +600,16 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   /* Shelf plans: every sequence at its cheapest size, then spread with the
    * level of the slot count the first plan used. */
   uint32_t m_shelf = dcp_slots_lower_bound(cfg, it);
-  for (uint32_t policy = 0; policy < DCP_SHELF_POLICIES; policy++) {
+  /* The third policy only where the costliest sequence's slot is a fair
+   * share of the step (its least height against the pool work over the
+   * pool): with hundreds of slots one tall slot hardly matters. */
+  double pool_work = 0;
+  for (uint32_t i = 0; i < n; i++)
+    pool_work += cfg->size[k0[i]] * w.cost[i];
+  uint32_t shelves = DCP_SHELF_POLICIES;
+  if (n == 0 || least_alone(cfg, it, k0, by[0]) < DCP_TALL_MIN_SHARE * pool_work / cfg->pool)
+    shelves = DCP_SIZE_POLICIES;
+  for (uint32_t policy = 0; policy < shelves; policy++) {
     rc = plan_shelf(cfg, it, limits, m_shelf, policy, k0, by, &w, &cur);
     if (rc != 0)
       goto fail;

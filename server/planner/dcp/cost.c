@@ -28,7 +28,7 @@ static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint6
                   double *work);
 static double group_share(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t tokens);
 static double dcp_tall_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots,
-                             double work);
+                             double work, const uint64_t *t, const double *w);
 
 /* The `top` longest sequences, longest first, into idx (a partial
  * selection, O(n x top)); returns how many (min(n, top)). */
@@ -144,18 +144,61 @@ static double least_height(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t
   return h;
 }
 
-typedef struct dens {
-  const double *w;
-  const uint64_t *t;
-} dens_t;
-
-/* Denser first (least work per least aligned token), ties by index. */
+/* Denser first (arg: least work per least aligned token), ties by index. */
 static bool denser(const void *arg, uint32_t x, uint32_t y) {
-  const dens_t *d = arg;
-  double dx = d->w[x] / (double)d->t[x], dy = d->w[y] / (double)d->t[y];
-  if (dx != dy)
-    return dx > dy;
+  const double *d = arg;
+  if (d[x] != d[y])
+    return d[x] > d[y];
   return x < y;
+}
+
+/* Reorders by[0 .. n) so that a prefix holds the densest sequences (d:
+ * density, t: least tokens) up to at least `want` tokens, all of them when
+ * the batch has fewer, and returns its length: a weighted quickselect,
+ * O(n) expected, so that only that prefix needs sorting. A sequence outside
+ * the prefix is no denser than every one of the first `want` tokens'. */
+static uint32_t densest_prefix(uint32_t *by, uint32_t n, const double *d, const uint64_t *t,
+                               uint64_t want) {
+  uint32_t lo = 0, hi = n;
+  while (hi - lo > 16) {
+    double p = d[by[lo + (hi - lo) / 2]];
+    /* Three ways: [lo, gt) denser than p, [gt, eq) as dense, [eq, hi) less. */
+    uint32_t gt = lo, eq = lo, at = lo, end = hi;
+    while (at < end) {
+      uint32_t v = by[at];
+      if (d[v] > p) {
+        by[at] = by[eq];
+        by[eq] = by[gt];
+        by[gt] = v;
+        gt++;
+        eq++;
+        at++;
+      } else if (d[v] == p) {
+        by[at] = by[eq];
+        by[eq] = v;
+        eq++;
+        at++;
+      } else {
+        end--;
+        by[at] = by[end];
+        by[end] = v;
+      }
+    }
+    uint64_t sum_gt = 0, sum_eq = 0;
+    for (uint32_t x = lo; x < gt; x++)
+      sum_gt += t[by[x]];
+    for (uint32_t x = gt; x < eq; x++)
+      sum_eq += t[by[x]];
+    if (sum_gt >= want) {
+      hi = gt;
+    } else if (sum_gt + sum_eq >= want) {
+      return eq;
+    } else {
+      want -= sum_gt + sum_eq;
+      lo = eq;
+    }
+  }
+  return hi;
 }
 
 /* The tall-slot bound. Let A be the q + 1 longest sequences and tau the
@@ -179,40 +222,40 @@ static bool denser(const void *arg, uint32_t x, uint32_t y) {
  * spread over a few GPUs) while the cap keeps the other GPUs of those slots
  * from taking their share of the work: the work then needs other slots. */
 static double dcp_tall_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots,
-                             double work) {
+                             double work, const uint64_t *t, const double *w) {
   uint32_t n = it->n, top = PK_MIN(n, DCP_BOUND_TALL_TOP);
   uint32_t *idx = pk_malloc_array(top, sizeof *idx);
   double *h = pk_malloc_array(top, sizeof *h);
   double *dcap = pk_malloc_array(top, sizeof *dcap);
   uint32_t *by = pk_malloc_array(n, sizeof *by);
   uint32_t *tmp = pk_malloc_array(n, sizeof *tmp);
-  double *w = pk_malloc_array(n, sizeof *w);
-  uint64_t *t = pk_malloc_array(n, sizeof *t);
+  double *d = pk_malloc_array(n, sizeof *d);
   double best = 0;
-  if (idx == NULL || h == NULL || dcap == NULL || by == NULL || tmp == NULL || w == NULL ||
-      t == NULL)
+  if (idx == NULL || h == NULL || dcap == NULL || by == NULL || tmp == NULL || d == NULL)
     goto done;
   top = longest(it, top, idx);
   for (uint32_t x = 0; x < top; x++)
     h[x] = least_height(cfg, it, idx[x]);
   for (uint32_t i = 0; i < n; i++) {
-    least(cfg, it, i, &t[i], &w[i]);
+    d[i] = w[i] / (double)t[i];
     by[i] = i;
   }
-  dens_t arg = {.w = w, .t = t};
-  pk_merge_sort_u32(by, tmp, n, denser, &arg);
-  /* D(r x pool x cap) for r = 1 .. top, one pass over the densest. */
+  /* Only the densest top x pool x cap tokens are ever taken: select them,
+   * then sort those alone. */
   uint64_t per_slot = (uint64_t)cfg->pool * cfg->cap, taken = 0;
+  uint32_t cnt = densest_prefix(by, n, d, t, per_slot * top);
+  pk_merge_sort_u32(by, tmp, cnt, denser, d);
+  /* D(r x pool x cap) for r = 1 .. top, one pass over the densest. */
   double got = 0;
   uint32_t at = 0;
   for (uint32_t r = 1; r <= top; r++) {
     uint64_t want = per_slot * r;
-    while (at < n && taken + t[by[at]] <= want) {
+    while (at < cnt && taken + t[by[at]] <= want) {
       taken += t[by[at]];
       got += w[by[at]];
       at++;
     }
-    double part = at < n ? w[by[at]] * (double)(want - taken) / (double)t[by[at]] : 0;
+    double part = at < cnt ? w[by[at]] * (double)(want - taken) / (double)t[by[at]] : 0;
     dcap[r - 1] = got + part;
   }
   double micro = cfg->base.micro;
@@ -240,8 +283,7 @@ done:
   free(dcap);
   free(by);
   free(tmp);
-  free(w);
-  free(t);
+  free(d);
   return best;
 }
 
@@ -303,11 +345,19 @@ uint32_t dcp_slots_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it) {
 double dcp_step_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots) {
   double work = 0;
   uint32_t longest = 0;
+  /* Every sequence's least tokens and work, kept for the tall-slot bound
+   * (which is skipped when out of memory: a bound only weakens). */
+  uint64_t *ts = pk_malloc_array(it->n, sizeof *ts);
+  double *ws = pk_malloc_array(it->n, sizeof *ws);
   for (uint32_t i = 0; i < it->n; i++) {
     uint64_t t;
     double w;
     least(cfg, it, i, &t, &w);
     work += w;
+    if (ts != NULL && ws != NULL) {
+      ts[i] = t;
+      ws[i] = w;
+    }
     if (it->len[i] > it->len[longest])
       longest = i;
   }
@@ -321,5 +371,9 @@ double dcp_step_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_
     alone = fmin(alone, dcp_group_base(cfg, cfg->size[k]) + dcp_item_cost(cfg, it, longest, k));
   double by_one = alone + (slots - 1) * micro;
   double b = fmax(fmax(by_work, by_one), dcp_threshold_bound(cfg, it, slots, work));
-  return fmax(b, dcp_tall_bound(cfg, it, slots, work));
+  if (ts != NULL && ws != NULL)
+    b = fmax(b, dcp_tall_bound(cfg, it, slots, work, ts, ws));
+  free(ts);
+  free(ws);
+  return b;
 }

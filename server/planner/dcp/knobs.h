@@ -30,6 +30,15 @@
  * packing scans every group per sequence (O(n x groups)); the fixed-CP and
  * shelf candidates cover every batch. Unit: sequences. */
 #define DCP_CLASS_MAX_N 1024u
+/* The shelf plan that spreads against the costliest sequence's least
+ * height runs when that height is at least this fraction of the pool work
+ * over the pool: it pays where one tall slot is a fair share of the step
+ * (bench/dcp's cp-cost wikipedia_64k batches, a few to 16 slots: 10-25 %
+ * lower steps), and costs a shelf plan (about a quarter of the time of a
+ * batch of 65,536 sequences) where hundreds of slots make it moot. Unit:
+ * fraction. */
+#define DCP_TALL_MIN_SHARE 0.05
+
 /* With any-size groups, sizes looked at one by one past a sequence's
  * smallest before the search doubles the size: pool work grows with the
  * size but for padding, which only the next few sizes change. Unit: sizes. */
