@@ -8,7 +8,8 @@ over the pool) and the tall-slot bound (the slots of the longest sequences
 hold at most pool x cap tokens, so the work they cannot take needs other
 slots; server/planner/dcp/cost.c), and packd's fixed-CP step as run.py
 plans it, with the bound over it: how far below fixed CP any plan could
-go. A step far above a bound that the terms agree on points at the plan; a
+go (per case, the sums over its batches: the least "/ fixed CP" of run.py
+any plan could reach). A step far above a bound that the terms agree on points at the plan; a
 bound that only the work term sets points at the bound.
 
 Usage:
@@ -101,6 +102,7 @@ def main():
         cost = run.COSTS[cost_name]
         # The same draws as run.py's case(): one seed per case, batches in turn.
         rng = random.Random(f"{cost_name}/{wname}/{pool}/{n}")
+        sums = [0.0, 0.0, 0.0]  # Steps, bounds and fixed-CP steps of the four batches.
         for b in range(4):
             lengths = wl(rng, n)
             cp = min(run.fixed_cp(lengths, cap), pool)
@@ -111,6 +113,13 @@ def main():
             print(f"| {name} | {b} | {out['step']:.0f} | {out['bound']:.0f} | "
                   f"{out['step'] / out['bound']:.4f} | {by_work:.0f} | {tall:.0f} | "
                   f"{fixed['step']:.0f} | {out['bound'] / fixed['step']:.3f} |", flush=True)
+            for x, v in enumerate((out["step"], out["bound"], fixed["step"])):
+                sums[x] += v
+        # The case as run.py sums it: no plan's summed step is below the
+        # summed bound, so sum(bound) / sum(fixed) is the least "/ fixed CP"
+        # any plan could have.
+        print(f"| {name} | all | {sums[0]:.0f} | {sums[1]:.0f} | {sums[0] / sums[1]:.4f} | | | "
+              f"{sums[2]:.0f} | {sums[1] / sums[2]:.3f} |", flush=True)
 
 
 if __name__ == "__main__":
