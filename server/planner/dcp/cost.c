@@ -26,7 +26,6 @@
 
 static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t *tokens,
                   double *work);
-static double group_share(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t tokens);
 static double dcp_tall_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots,
                              double work, const uint64_t *t, const double *w);
 
@@ -76,10 +75,7 @@ static double dcp_threshold_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, u
   uint32_t nc = 0;
   for (uint32_t x = 0; x < top; x++) {
     uint64_t t;
-    /* The sequence terms alone: the group share is in `work` already and
-     * does not change with the size. */
     least(cfg, it, idx[x], &t, &cheap[x]);
-    cheap[x] -= group_share(cfg, it, idx[x], t);
     for (uint32_t k = it->kmin[idx[x]]; k < cfg->nsize && k < it->kmin[idx[x]] + ns; k++)
       cand[nc++] = dcp_group_base(cfg, cfg->size[k]) + dcp_item_cost(cfg, it, idx[x], k);
   }
@@ -299,7 +295,7 @@ static double group_share(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t 
 }
 
 /* The least aligned length and pool work of sequence i over the sizes it
- * may use, the work with its group share (group_share). With any-size
+ * may use (its sequence terms; group_share is added apart). With any-size
  * groups the scan over every size would be n x pool, so the bound uses the
  * real length and the smallest usable size there, which every term only
  * raises. */
@@ -310,8 +306,7 @@ static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint6
     uint32_t c = cfg->size[k0];
     uint64_t l = it->len[i];
     *tokens = l;
-    *work = c * cfg->base.seq + pk_token_cost(&cfg->base, l) + cfg->cp_token * (double)l * (c - 1) +
-            group_share(cfg, it, i, l);
+    *work = c * cfg->base.seq + pk_token_cost(&cfg->base, l) + cfg->cp_token * (double)l * (c - 1);
     return;
   }
   *tokens = UINT64_MAX;
@@ -322,7 +317,6 @@ static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint6
     *tokens = PK_MIN(*tokens, a);
     *work = fmin(*work, w);
   }
-  *work += group_share(cfg, it, i, *tokens);
 }
 
 uint32_t dcp_slots_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it) {
@@ -353,6 +347,7 @@ double dcp_step_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_
     uint64_t t;
     double w;
     least(cfg, it, i, &t, &w);
+    w += group_share(cfg, it, i, t); /* Whatever the size: see group_share. */
     work += w;
     if (ts != NULL && ws != NULL) {
       ts[i] = t;
