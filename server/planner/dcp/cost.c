@@ -258,7 +258,7 @@ static double dcp_tall_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32
   uint64_t tokens = 0;
   for (uint32_t q = 0; q < top; q++) {
     tokens += t[idx[q]];
-    uint32_t rmin = (uint32_t)PK_MAX((tokens + per_slot - 1) / per_slot, 1);
+    uint64_t rmin = PK_MAX((tokens + per_slot - 1) / per_slot, 1);
     /* The r - 1 least heights of A, summed from the shortest up. */
     double least_r = INFINITY, lows = 0;
     for (uint32_t r = 1; r <= q + 1; r++) {
