@@ -31,8 +31,20 @@
  * step wins): every sequence at its cheapest size (spreading left to the
  * idle filling), or the costliest spread while it pays. The second wins
  * when long sequences would set their slots' times; the first when many
- * sequences are near the level and spreading them only adds CP cost. */
-enum { DCP_SIZES_CHEAPEST = 0, DCP_SIZES_SPREAD = 1, DCP_SIZE_POLICIES = 2 };
+ * sequences are near the level and spreading them only adds CP cost. The
+ * shelf plans try a third: spreading against the least height of the
+ * costliest sequence instead of the mean level, for batches where that
+ * sequence makes its slot tall anyway: the sequences under that height stay
+ * at their cheapest size and fill the tall slot's other GPUs (up to the
+ * cap), where spreading them against the mean level would only add CP
+ * work. */
+enum {
+  DCP_SIZES_CHEAPEST = 0,
+  DCP_SIZES_SPREAD = 1,
+  DCP_SIZE_POLICIES = 2,
+  DCP_SIZES_TALL = 2,
+  DCP_SHELF_POLICIES = 3
+};
 
 typedef struct sort_arg {
   const uint32_t *k;
@@ -68,6 +80,7 @@ typedef struct scratch {
   uint64_t *lo;    /* nsize: least groups per class. */
   uint64_t *cnt;   /* nsize. */
   double *work;    /* nsize. */
+  double *top;     /* nsize: the costliest sequence of each class. */
 } scratch_t;
 
 /* The size at which sequence i's pool work is least (from kmin; with any
@@ -109,6 +122,16 @@ static uint32_t next_size(const dcp_cfg_t *cfg, uint32_t k, uint32_t q) {
   return next == UINT32_MAX || next <= q ? q + 1 : next;
 }
 
+/* The least per-GPU cost of sequence i alone in a group, group terms
+ * included, over the sizes from k0[i] that next_size visits. */
+static double least_alone(const dcp_cfg_t *cfg, const dcp_items_t *it, const uint32_t *k0,
+                          uint32_t i) {
+  double h = INFINITY;
+  for (uint32_t q = k0[i]; q < cfg->nsize; q = next_size(cfg, k0[i], q))
+    h = fmin(h, dcp_group_base(cfg, cfg->size[q]) + dcp_item_cost(cfg, it, i, q));
+  return h;
+}
+
 /* Step 1: sizes for slot count m. A slot costs at least the level (pool
  * work / (m x pool)); a sequence whose per-GPU cost u is above it raises its
  * slot by about u - level, and a larger size lowers u but adds its extra
@@ -125,11 +148,13 @@ static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t
     work += cfg->size[k0[i]] * dcp_item_cost(cfg, it, i, k0[i]);
   double slots_gpus = (double)m * cfg->pool;
   double level = work / slots_gpus;
+  if (policy == DCP_SIZES_TALL && it->n > 0)
+    level = fmax(level, least_alone(cfg, it, k0, by[0]));
   for (uint32_t x = 0; x < it->n; x++) {
     uint32_t i = by[x];
     uint32_t k = k0[i];
     double u0 = dcp_item_cost(cfg, it, i, k), w0 = cfg->size[k] * u0, c = u0;
-    if (policy == DCP_SIZES_SPREAD && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
+    if (policy != DCP_SIZES_CHEAPEST && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
       double best = u0 + dcp_group_base(cfg, cfg->size[k]) - level, bw = w0;
       for (uint32_t q = k + 1; q < cfg->nsize; q = next_size(cfg, k, q)) {
         double uq = dcp_item_cost(cfg, it, i, q), wq = cfg->size[q] * uq;
@@ -158,12 +183,14 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
   for (uint32_t k = 0; k < ns; k++) {
     w->cnt[k] = 0;
     w->work[k] = 0;
+    w->top[k] = 0;
     vol[k] = 0;
   }
   for (uint32_t i = 0; i < it->n; i++) {
     uint32_t k = w->k[i];
     w->cnt[k]++;
     w->work[k] += cfg->size[k] * w->cost[i];
+    w->top[k] = fmax(w->top[k], w->cost[i]);
     vol[k] += dcp_item_aligned(cfg, it, i, k);
   }
   uint64_t width = 0, room = (uint64_t)m * cfg->pool;
@@ -178,19 +205,23 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
       lo = PK_MAX(lo, (w->cnt[k] + cfg->max_seqs - 1) / cfg->max_seqs);
     lo = PK_MAX(lo, 1);
     double want = level > 0 ? w->work[k] / (c * level) : 1;
-    uint64_t g = want >= (double)w->cnt[k] ? w->cnt[k] : (uint64_t)llround(want);
+    uint64_t g = want >= (double)w->cnt[k] ? w->cnt[k] : (uint64_t)ceil(want);
     w->lo[k] = lo;
     w->ngrp[k] = PK_MIN(PK_MAX(g, lo), w->cnt[k]);
     width += w->ngrp[k] * c;
   }
-  /* Too wide: drop a group from the class whose level rises least. */
+  /* Too wide: drop a group from the class whose level rises least. A
+   * class's level is its work per GPU of its groups, and at least its
+   * costliest sequence: a class of a few long sequences keeps a group per
+   * sequence while the many short ones give up GPUs (their level rises
+   * little). */
   while (width > room) {
     uint32_t best = UINT32_MAX;
     double bl = INFINITY;
     for (uint32_t k = 0; k < ns; k++) {
       if (w->ngrp[k] <= w->lo[k])
         continue;
-      double l = w->work[k] / ((double)(w->ngrp[k] - 1) * cfg->size[k]);
+      double l = fmax(w->work[k] / ((double)(w->ngrp[k] - 1) * cfg->size[k]), w->top[k]);
       if (l < bl) {
         bl = l;
         best = k;
@@ -209,7 +240,7 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
     for (uint32_t k = 0; k < ns; k++) {
       if (w->ngrp[k] >= w->cnt[k] || width + cfg->size[k] > room)
         continue;
-      double l = w->work[k] / ((double)w->ngrp[k] * cfg->size[k]);
+      double l = fmax(w->work[k] / ((double)w->ngrp[k] * cfg->size[k]), w->top[k]);
       if (l > bl) {
         bl = l;
         best = k;
@@ -339,6 +370,7 @@ static void scratch_free(scratch_t *w) {
   free(w->lo);
   free(w->cnt);
   free(w->work);
+  free(w->top);
 }
 
 /* One plan at m slots into s (initialised here). Returns 0, 1 when m slots
@@ -509,8 +541,18 @@ static uint64_t idle_of(const dcp_state_t *s) {
 
 /* Keeps cur when it leaves fewer GPUs idle than *best, or as many at a
  * lower step (cur is emptied then): a plan leaves a GPU idle only when no
- * candidate could avoid it. */
-static void keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) {
+ * candidate could avoid it. On batches of up to DCP_LEVEL_ALL_MAX_N
+ * sequences a candidate within DCP_LEVEL_ALL_SLACK of the best step so far
+ * is levelled first: one whose groups are right but whose sequences are
+ * dealt badly (two long ones sharing a group while another group has room)
+ * often levels to the best plan. Returns 0 or the levelling's error. */
+static int keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) {
+  if (cur->it->n <= DCP_LEVEL_ALL_MAX_N &&
+      dcp_state_step(cur) < *best_step * (1 + DCP_LEVEL_ALL_SLACK)) {
+    int rc = dcp_level(cur);
+    if (rc != 0)
+      return rc;
+  }
   double step = dcp_state_step(cur);
   uint64_t idle = idle_of(cur), best_idle = best->g != NULL ? idle_of(best) : UINT64_MAX;
   if (idle < best_idle || (idle == best_idle && step < *best_step)) {
@@ -519,6 +561,7 @@ static void keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) 
     *best = *cur;
     memset(cur, 0, sizeof *cur);
   }
+  return 0;
 }
 
 int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
@@ -537,12 +580,13 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   w.lo = pk_malloc_array(ns, sizeof *w.lo);
   w.cnt = pk_malloc_array(ns, sizeof *w.cnt);
   w.work = pk_malloc_array(ns, sizeof *w.work);
+  w.top = pk_malloc_array(ns, sizeof *w.top);
   dcp_state_t best = {0}, cur = {0};
   double best_step = INFINITY;
   int rc = 0;
   if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.order == NULL ||
       w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL || w.lo == NULL ||
-      w.cnt == NULL || w.work == NULL) {
+      w.cnt == NULL || w.work == NULL || w.top == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: out of memory for %u sequences", n);
     goto done;
   }
@@ -556,26 +600,40 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   /* Shelf plans: every sequence at its cheapest size, then spread with the
    * level of the slot count the first plan used. */
   uint32_t m_shelf = dcp_slots_lower_bound(cfg, it);
-  for (uint32_t policy = 0; policy < DCP_SIZE_POLICIES; policy++) {
+  /* The third policy only where the costliest sequence's slot is a fair
+   * share of the step (its least height against the pool work over the
+   * pool): with hundreds of slots one tall slot hardly matters. */
+  double pool_work = 0;
+  for (uint32_t i = 0; i < n; i++)
+    pool_work += cfg->size[k0[i]] * w.cost[i];
+  uint32_t shelves = DCP_SHELF_POLICIES;
+  if (n == 0 || least_alone(cfg, it, k0, by[0]) < DCP_TALL_MIN_SHARE * pool_work / cfg->pool)
+    shelves = DCP_SIZE_POLICIES;
+  for (uint32_t policy = 0; policy < shelves; policy++) {
     rc = plan_shelf(cfg, it, limits, m_shelf, policy, k0, by, &w, &cur);
     if (rc != 0)
       goto fail;
     if (policy == DCP_SIZES_CHEAPEST)
       m_shelf = cur.m;
-    keep_better(&best, &cur, &best_step);
+    rc = keep_better(&best, &cur, &best_step);
+    if (rc != 0)
+      goto fail;
     dcp_state_free(&cur);
   }
   rc = plan_fixed(cfg, it, limits, &cur);
   if (rc < 0)
     goto fail;
   if (rc == 0)
-    keep_better(&best, &cur, &best_step);
+    rc = keep_better(&best, &cur, &best_step);
+  if (rc < 0)
+    goto fail;
   dcp_state_free(&cur);
   if (n <= DCP_CLASS_MAX_N) {
     rc = plan_megatron(cfg, it, limits, &cur);
+    if (rc == 0)
+      rc = keep_better(&best, &cur, &best_step);
     if (rc < 0)
       goto fail;
-    keep_better(&best, &cur, &best_step);
     dcp_state_free(&cur);
   }
   /* Class plans at counts from the bound up, on batches small enough for
@@ -594,7 +652,9 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
         goto fail;
       if (rc == 0) {
         packed = true;
-        keep_better(&best, &cur, &best_step);
+        rc = keep_better(&best, &cur, &best_step);
+        if (rc < 0)
+          goto fail;
       }
       dcp_state_free(&cur);
     }
@@ -606,8 +666,10 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     rc = pk_fail(err, errlen, PK_EINTERNAL, "dynamic CP: no slot count up to %u packs", n);
     goto done;
   }
-  /* Levelling, on the winner only (it is the costliest stage). */
-  rc = dcp_level(&best);
+  /* Levelling, on the winner only on large batches (it is the costliest
+   * stage); small ones levelled every candidate. */
+  if (n > DCP_LEVEL_ALL_MAX_N)
+    rc = dcp_level(&best);
   if (rc != 0)
     goto fail;
   rc = dcp_state_export(&best, out);

@@ -30,6 +30,15 @@
  * packing scans every group per sequence (O(n x groups)); the fixed-CP and
  * shelf candidates cover every batch. Unit: sequences. */
 #define DCP_CLASS_MAX_N 1024u
+/* The shelf plan that spreads against the costliest sequence's least
+ * height runs when that height is at least this fraction of the pool work
+ * over the pool: it pays where one tall slot is a fair share of the step
+ * (bench/dcp's cp-cost wikipedia_64k batches, a few to 16 slots: 10-25 %
+ * lower steps), and costs a shelf plan (about a quarter of the time of a
+ * batch of 65,536 sequences) where hundreds of slots make it moot. Unit:
+ * fraction. */
+#define DCP_TALL_MIN_SHARE 0.05
+
 /* With any-size groups, sizes looked at one by one past a sequence's
  * smallest before the search doubles the size: pool work grows with the
  * size but for padding, which only the next few sizes change. Unit: sizes. */
@@ -48,15 +57,36 @@
  * sizes. */
 #define DCP_BOUND_ANY_SIZES 64u
 
+/* Longest sequences the tall-slot bound looks at: each is a prefix of the
+ * longest, its slots counted from 1 to its size (quadratic in this). The
+ * bound is set by the few longest. Unit: sequences. */
+#define DCP_BOUND_TALL_TOP 32u
+
 /* ---- Levelling (level.c) ------------------------------------------------- */
 
 /* Passes over the slots. Unit: passes. */
 #define DCP_LEVEL_PASSES 16u
-/* Candidate (sequence, group) pairs looked at per sequence of the batch, and
- * at most in all: about 1 ms per 4,096 sequences; more found little on the
- * bench batches (bench/dcp). Unit: pairs. */
+/* Candidate (sequence, group) pairs looked at per sequence of the batch, at
+ * least in all, and at most in all: about 1 ms per 4,096 sequences; more
+ * found little on the large bench batches (bench/dcp), while batches of a
+ * few hundred sequences gained 1-2 % from the floor (a sequence of a tall
+ * group looks at every group of the plan). Unit: pairs. */
 #define DCP_LEVEL_PER_SEQ 16u
+#define DCP_LEVEL_MIN_BUDGET 50000u
 #define DCP_LEVEL_BUDGET 4000000u
+/* Largest batch on which every AUTO candidate is levelled before the
+ * cheapest is kept (above it, the winner only): levelling changes which
+ * candidate is best (the default-cost wikipedia_64k and azure_conv batches
+ * of bench/dcp gained 2-11 %), and on small batches it costs little next to
+ * the class plans. Unit: sequences. */
+#define DCP_LEVEL_ALL_MAX_N 1024u
+/* ... and only the candidates whose step is within this fraction of the
+ * best so far: levelling lowered a candidate's step by up to about 12 % on
+ * the bench batches (bench/dcp, a class plan of one slot on a default-cost
+ * wikipedia_64k batch), and 0.15 missed such a winner; a candidate further
+ * off rarely wins, and each levelling costs about a candidate's time. Unit:
+ * fraction of the step. */
+#define DCP_LEVEL_ALL_SLACK 0.3
 /* A change must lower the step by more than this fraction of it (plus the
  * same absolute amount): float rounding must not count as a gain. */
 #define DCP_LEVEL_EPS 1e-9

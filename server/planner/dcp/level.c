@@ -165,7 +165,8 @@ static bool improve(lv_t *v, uint32_t j) {
 
 int dcp_level(dcp_state_t *s) {
   lv_t v = {.s = s};
-  v.budget = PK_MIN((uint64_t)DCP_LEVEL_PER_SEQ * s->it->n, DCP_LEVEL_BUDGET);
+  v.budget = PK_MIN(PK_MAX((uint64_t)DCP_LEVEL_PER_SEQ * s->it->n, DCP_LEVEL_MIN_BUDGET),
+                    DCP_LEVEL_BUDGET);
   v.start = pk_calloc((size_t)s->m + 1, sizeof *v.start);
   v.sg = pk_malloc_array(s->ng + 1, sizeof *v.sg);
   v.mem_g = pk_malloc_array(s->it->n, sizeof *v.mem_g);
