@@ -6,6 +6,7 @@ the same cost (README.md in this folder).
 
 Usage:
   PACKD_BUILD_DIR=build [MEGATRON_CORE_DIR=DIR] /usr/bin/python3 bench/dcp/run.py [--quick]
+  PACKD_BUILD_DIR=build /usr/bin/python3 bench/dcp/run.py --time-only  # the plan-time lines alone
 
 MEGATRON_CORE_DIR is a directory holding megatron/core/pipeline_parallel/
 hybrid_cp_schedule.py (an unpacked megatron-core wheel or a Megatron-LM
@@ -171,8 +172,29 @@ def workloads():
     return w
 
 
+def plan_times(quick):
+    """Plan time at the issue's sizes, on long-tail batches under the cp
+    cost."""
+    for pool, n in ([(64, 4096)] if quick else [(64, 4096), (256, 65536)]):
+        rng = random.Random(f"time/{pool}/{n}")
+        lengths = long_tail(rng, n)
+        line = (f"plan auto {pool} 1 1 8192 " + " ".join(repr(c) for c in COSTS["cp"]) + " | " +
+                " ".join(map(str, lengths)))
+        # The least of five runs: the planner is deterministic, so the spread
+        # is the machine's (other processes), not the plan's.
+        outs = run_tool([line] * 5)
+        out = min(outs, key=lambda r: r["time_us"])
+        load = os.getloadavg()[0]
+        print(f"plan time, {n} sequences on {pool} GPUs: {out['time_us'] / 1000:.1f} ms, least of "
+              f"5 (load average {load:.1f} on {os.cpu_count()} CPUs; step / bound "
+              f"{out['step'] / out['bound']:.4f}, {out['slots']} slots)")
+
+
 def main():
     quick = "--quick" in sys.argv
+    if "--time-only" in sys.argv:
+        plan_times(quick)
+        return
     mc_dir = os.environ.get("MEGATRON_CORE_DIR")
     mc = Megatron(mc_dir) if mc_dir else None
     shapes = [(8, 32), (16, 128), (64, 512), (64, 4096), (256, 4096)]
@@ -235,20 +257,7 @@ def main():
           f"{worst.get('mc_all', 0):.3f}")
     print(f"the reproduction's step equals Megatron-Core's on {worst.get('same', 0)} of the "
           f"{worst.get('kept', 0)} batches where Megatron-Core keeps the cap")
-    # Plan time at the issue's sizes, on long-tail batches under the cp cost.
-    for pool, n in ([(64, 4096)] if quick else [(64, 4096), (256, 65536)]):
-        rng = random.Random(f"time/{pool}/{n}")
-        lengths = long_tail(rng, n)
-        line = (f"plan auto {pool} 1 1 8192 " + " ".join(repr(c) for c in COSTS["cp"]) + " | " +
-                " ".join(map(str, lengths)))
-        # The least of five runs: the planner is deterministic, so the spread
-        # is the machine's (other processes), not the plan's.
-        outs = run_tool([line] * 5)
-        out = min(outs, key=lambda r: r["time_us"])
-        load = os.getloadavg()[0]
-        print(f"plan time, {n} sequences on {pool} GPUs: {out['time_us'] / 1000:.1f} ms, least of "
-              f"5 (load average {load:.1f} on {os.cpu_count()} CPUs; step / bound "
-              f"{out['step'] / out['bound']:.4f}, {out['slots']} slots)")
+    plan_times(quick)
 
 
 if __name__ == "__main__":
