@@ -88,15 +88,6 @@ static uint32_t cheapest(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i
   return best;
 }
 
-/* Costliest first at the cheapest sizes (arg: the n costs there), ties by
- * index. */
-static bool costlier(const void *arg, uint32_t x, uint32_t y) {
-  const double *cost = arg;
-  if (cost[x] != cost[y])
-    return cost[x] > cost[y];
-  return x < y;
-}
-
 /* The size after q when looking for a sequence's size from k: every size
  * when they are powers of two (at most 18), else the eight after k and then
  * doublings, so that a pool of any-size groups costs O(log pool) per
@@ -365,15 +356,6 @@ static int plan_at(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_
   return dcp_split(s);
 }
 
-/* Group cost of a sequence alone at its chosen size (arg: the n heights),
- * costliest first, ties by index. */
-static bool taller(const void *arg, uint32_t x, uint32_t y) {
-  const double *h = arg;
-  if (h[x] != h[y])
-    return h[x] > h[y];
-  return x < y;
-}
-
 /* One shelf plan (shelf.c) of a size policy, its level from m slots, then
  * the idle filling and levelling. Returns 0 or a negative code. */
 static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
@@ -384,11 +366,9 @@ static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
   double *h = (double *)malloc((size_t)n * sizeof *h);
   if (h == NULL)
     return PK_ENOMEM;
-  for (uint32_t i = 0; i < n; i++) {
-    w->order[i] = i;
+  for (uint32_t i = 0; i < n; i++)
     h[i] = w->cost[i] + dcp_group_base(cfg, cfg->size[w->k[i]]);
-  }
-  pk_merge_sort_u32(w->order, w->tmp, n, taller, h);
+  dcp_order_desc(h, n, w->order, w->tmp);
   free(h);
   int rc = dcp_state_init(s, cfg, it, limits, n);
   if (rc == 0)
@@ -548,11 +528,9 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   }
   for (uint32_t i = 0; i < n; i++) {
     k0[i] = cheapest(cfg, it, i);
-    by[i] = i;
-  }
-  for (uint32_t i = 0; i < n; i++)
     w.cost[i] = dcp_item_cost(cfg, it, i, k0[i]);
-  pk_merge_sort_u32(by, w.tmp, n, costlier, w.cost);
+  }
+  dcp_order_desc(w.cost, n, by, w.tmp);
   /* Shelf plans: every sequence at its cheapest size, then spread with the
    * level of the slot count the first plan used. */
   uint32_t m_shelf = dcp_slots_lower_bound(cfg, it);

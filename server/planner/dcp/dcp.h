@@ -61,8 +61,13 @@ static inline uint64_t dcp_align(const dcp_cfg_t *cfg, uint32_t c) {
   return (uint64_t)c * cfg->tp * (cfg->cp_algo == PK_CP_ZIGZAG ? 2u : 1u);
 }
 
+/* Every cost below starts here, so the usual power-of-two alignment rounds
+ * with a mask instead of a division. */
 static inline uint64_t dcp_aligned(const dcp_cfg_t *cfg, uint32_t c, uint32_t len) {
-  return pk_round_up(len, dcp_align(cfg, c));
+  uint64_t a = dcp_align(cfg, c);
+  if ((a & (a - 1)) == 0)
+    return ((uint64_t)len + a - 1) & ~(a - 1);
+  return pk_round_up(len, a);
 }
 
 /* A sequence's cost per GPU in a group of c GPUs (without the group's own
@@ -141,6 +146,10 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
              dcp_assign_t *out, char *err, size_t errlen);
 int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
                  dcp_assign_t *out, char *err, size_t errlen);
+
+/* out[0 .. n): 0 .. n - 1 by key descending, ties by index (order.c; tmp:
+ * n scratch entries). Keys finite. */
+void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, uint32_t *tmp);
 
 /* The size index of group size c, or UINT32_MAX when c is not allowed. */
 uint32_t dcp_size_index(const dcp_cfg_t *cfg, uint32_t c);
