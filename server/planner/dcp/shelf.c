@@ -24,6 +24,10 @@ int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order) {
     return PK_ENOMEM;
   uint32_t slot = UINT32_MAX, nopen = 0, used = 0;
   double height = 0;
+  /* A whole-pool group of a pool that is not a power of two stands alone;
+   * other sizes fit wherever the widths add up (largest first they tile,
+   * see slots.c). Such a group can only open its slot. */
+  bool odd_pool = cfg->sizes == PK_DCP_SIZES_POW2 && (pool & (pool - 1)) != 0, whole = false;
   for (uint32_t x = 0; x < n; x++) {
     if ((x + 1) % DCP_POLL_ITEMS == 0 && pk_limits_stopped(s->limits)) {
       free(open);
@@ -33,15 +37,7 @@ int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order) {
     double u = dcp_item_cost(cfg, it, i, ki);
     uint32_t grp = UINT32_MAX;
     if (slot != UINT32_MAX) {
-      /* A whole-pool group of a pool that is not a power of two stands
-       * alone; other sizes fit wherever the widths add up (largest first
-       * they tile, see slots.c). */
-      bool alone = cfg->sizes == PK_DCP_SIZES_POW2 && c == pool && (pool & (pool - 1)) != 0;
-      bool whole = false;
-      for (uint32_t r = 0; r < nopen && !whole; r++)
-        whole = cfg->sizes == PK_DCP_SIZES_POW2 && cfg->size[s->g[open[r]].k] == pool &&
-                (pool & (pool - 1)) != 0;
-      if (used + c <= pool && !alone && !whole) {
+      if (used + c <= pool && !(odd_pool && c == pool) && !whole) {
         grp = dcp_state_new_group(s, ki);
         if (grp == UINT32_MAX) {
           free(open);
@@ -73,6 +69,7 @@ int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order) {
       open[0] = grp;
       nopen = 1;
       used = c;
+      whole = odd_pool && c == pool;
       height = dcp_group_base(cfg, c) + u;
     }
     dcp_state_add(s, grp, i);
