@@ -60,6 +60,12 @@
 /* A change must lower the step by more than this fraction of it (plus the
  * same absolute amount): float rounding must not count as a gain. */
 #define DCP_LEVEL_EPS 1e-9
+/* A group's pairs are passed over without reading them only where a
+ * sequence's rise is above the group's room by more than this fraction of
+ * the costs involved: the group's running load drifts from the sum of its
+ * members by rounding (about 1e-16 per change), so the shortcut never
+ * skips a pair that the full check would try. Unit: fraction of a cost. */
+#define DCP_LEVEL_SKIP_TOL 1e-6
 
 /* ---- Megatron-Core's scheduler (megatron.c) ------------------------------ */
 

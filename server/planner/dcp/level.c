@@ -144,6 +144,20 @@ static bool improve(lv_t *v, uint32_t j) {
       uint32_t jh = s->g[h].slot;
       if (jh == j || s->smax[jh] <= s->g[h].load)
         continue;
+      /* No member of h costs more than h's sequences together (its load
+       * less its group terms), so where i's rise over that is above h's
+       * room by more than rounding, no pair below passes: their work is
+       * counted without reading them. */
+      double ui = dcp_item_cost(cfg, it, i, s->g[h].k);
+      double rest = s->g[h].load - dcp_group_base(cfg, cfg->size[s->g[h].k]);
+      if (ui - rest > (s->smax[jh] - s->g[h].load) + DCP_LEVEL_SKIP_TOL * (ui + s->smax[jh])) {
+        if (v->work + s->g[h].count > v->budget + 1) {
+          v->work = v->budget + 2;
+          return false;
+        }
+        v->work += s->g[h].count;
+        continue;
+      }
       uint32_t nh = members(s, h, v->mem_h);
       for (uint32_t y = 0; y < nh; y++) {
         uint32_t i2 = v->mem_h[y];
