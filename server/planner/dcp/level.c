@@ -21,9 +21,22 @@ typedef struct lv {
    * back at the head of its list, so lists are never walked while
    * changing. */
   uint32_t *mem_g, *mem_h;
+  /* The cost of one sequence at each size index, filled on demand: ucost[k]
+   * holds sequence i's when ufor[k] is i + 1. A scan asks for the same few
+   * sizes of the same sequence once per group. */
+  double *ucost;
+  uint32_t *ufor;
   uint64_t work, budget;
   uint32_t tick;
 } lv_t;
+
+static inline double cost_at(lv_t *v, uint32_t i, uint32_t k) {
+  if (v->ufor[k] != i + 1) {
+    v->ucost[k] = dcp_item_cost(v->s->cfg, v->s->it, i, k);
+    v->ufor[k] = i + 1;
+  }
+  return v->ucost[k];
+}
 
 static double slot_max(const lv_t *v, uint32_t j) {
   double mx = 0;
@@ -129,7 +142,7 @@ static bool improve(lv_t *v, uint32_t j) {
         double room = s->smax[jh] - s->g[h].load;
         if (room <= 0 || !dcp_item_fits(cfg, it, i, s->g[h].k, s->g[h].sum, s->g[h].count))
           continue;
-        if (dcp_item_cost(cfg, it, i, s->g[h].k) > room && jh != j)
+        if (cost_at(v, i, s->g[h].k) > room && jh != j)
           continue;
         if (try_move(v, i, h))
           return true;
@@ -148,7 +161,7 @@ static bool improve(lv_t *v, uint32_t j) {
        * less its group terms), so where i's rise over that is above h's
        * room by more than rounding, no pair below passes: their work is
        * counted without reading them. */
-      double ui = dcp_item_cost(cfg, it, i, s->g[h].k);
+      double ui = cost_at(v, i, s->g[h].k);
       double rest = s->g[h].load - dcp_group_base(cfg, cfg->size[s->g[h].k]);
       if (ui - rest > (s->smax[jh] - s->g[h].load) + DCP_LEVEL_SKIP_TOL * (ui + s->smax[jh])) {
         if (v->work + s->g[h].count > v->budget + 1) {
@@ -166,7 +179,7 @@ static bool improve(lv_t *v, uint32_t j) {
         if (dcp_item_cost(cfg, it, i2, kg) >= u)
           continue;
         double gain = u - dcp_item_cost(cfg, it, i2, kg);
-        double rise = dcp_item_cost(cfg, it, i, s->g[h].k) - dcp_item_cost(cfg, it, i2, s->g[h].k);
+        double rise = ui - dcp_item_cost(cfg, it, i2, s->g[h].k);
         if (rise > s->smax[jh] - s->g[h].load || gain <= 0)
           continue;
         if (try_swap(v, i, i2))
@@ -184,8 +197,11 @@ int dcp_level(dcp_state_t *s) {
   v.sg = pk_malloc_array(s->ng + 1, sizeof *v.sg);
   v.mem_g = pk_malloc_array(s->it->n, sizeof *v.mem_g);
   v.mem_h = pk_malloc_array(s->it->n, sizeof *v.mem_h);
+  v.ucost = pk_malloc_array(s->cfg->nsize, sizeof *v.ucost);
+  v.ufor = pk_calloc(s->cfg->nsize, sizeof *v.ufor);
   int rc = 0;
-  if (v.start == NULL || v.sg == NULL || v.mem_g == NULL || v.mem_h == NULL) {
+  if (v.start == NULL || v.sg == NULL || v.mem_g == NULL || v.mem_h == NULL || v.ucost == NULL ||
+      v.ufor == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -220,5 +236,7 @@ done:
   free(v.sg);
   free(v.mem_g);
   free(v.mem_h);
+  free(v.ucost);
+  free(v.ufor);
   return rc;
 }
