@@ -151,6 +151,15 @@ int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t 
  * n scratch entries). Keys finite. */
 void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, uint32_t *tmp);
 
+/* A sort key: major ascending, then minor descending, then idx ascending
+ * (order.c). dcp_sort_keys sorts a[0 .. n) (tmp: n scratch entries) with
+ * the comparisons inline, for the many short sorts of one plan. */
+typedef struct dcp_key {
+  uint32_t major, idx;
+  double minor;
+} dcp_key_t;
+void dcp_sort_keys(dcp_key_t *a, dcp_key_t *tmp, uint32_t n);
+
 /* The size index of group size c, or UINT32_MAX when c is not allowed. */
 uint32_t dcp_size_index(const dcp_cfg_t *cfg, uint32_t c);
 

@@ -1,4 +1,4 @@
-/* Orders of sequences by a cost (dcp.h, dcp_order_desc): a stable LSD
+/* Sorts (dcp.h). Orders of sequences by a cost (dcp_order_desc): a stable LSD
  * radix sort of the costs' bit patterns, a byte at a time, with the bytes
  * that every key shares skipped. Costs are finite (validation), so the
  * pattern of a double, its sign bit flipped (or every bit, for a negative),
@@ -57,4 +57,47 @@ void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, uint32_t *tmp)
   }
   if (src != out)
     memcpy(out, src, (size_t)n * sizeof *out);
+}
+
+static inline bool key_before(const dcp_key_t *x, const dcp_key_t *y) {
+  if (x->major != y->major)
+    return x->major < y->major;
+  if (x->minor != y->minor)
+    return x->minor > y->minor;
+  return x->idx < y->idx;
+}
+
+/* Insertion sort of runs of DCP_KEY_RUN, then bottom-up merges; the order
+ * is total (indices differ), so it is the order of any correct sort. */
+#define DCP_KEY_RUN 16u
+
+void dcp_sort_keys(dcp_key_t *a, dcp_key_t *tmp, uint32_t n) {
+  for (uint32_t lo = 0; lo < n; lo += DCP_KEY_RUN) {
+    uint32_t hi = lo + DCP_KEY_RUN < n ? lo + DCP_KEY_RUN : n;
+    for (uint32_t x = lo + 1; x < hi; x++) {
+      dcp_key_t v = a[x];
+      uint32_t y = x;
+      for (; y > lo && key_before(&v, &a[y - 1]); y--)
+        a[y] = a[y - 1];
+      a[y] = v;
+    }
+  }
+  dcp_key_t *src = a, *dst = tmp;
+  for (uint32_t w = DCP_KEY_RUN; w < n; w *= 2) {
+    for (uint32_t lo = 0; lo < n; lo += 2 * w) {
+      uint32_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+      uint32_t x = lo, y = mid, o = lo;
+      while (x < mid && y < hi)
+        dst[o++] = key_before(&src[y], &src[x]) ? src[y++] : src[x++];
+      while (x < mid)
+        dst[o++] = src[x++];
+      while (y < hi)
+        dst[o++] = src[y++];
+    }
+    dcp_key_t *t = src;
+    src = dst;
+    dst = t;
+  }
+  if (src != a)
+    memcpy(a, src, (size_t)n * sizeof *a);
 }
