@@ -78,9 +78,22 @@ int dcp_build(const pk_dcp_request_t *req, const dcp_cfg_t *cfg, const dcp_items
     rc = PK_ENOMEM;
     goto done;
   }
+  /* Groups by slot and first GPU: each group marks its first GPU-slot and
+   * a scan reads them in order (a linear pass over an array the plan fills
+   * anyway); groups that share a first GPU-slot are sorted instead. */
+  for (size_t x = 0; x < (size_t)a->slots * pool; x++)
+    st->gpu_group[x] = UINT32_MAX;
   for (uint32_t q = 0; q < ng; q++)
-    order[q] = q;
-  pk_merge_sort_u32(order, tmp, ng, group_before, a);
+    st->gpu_group[(size_t)a->slot[q] * pool + a->first[q]] = q;
+  uint32_t seen = 0;
+  for (size_t x = 0; x < (size_t)a->slots * pool && seen < ng; x++)
+    if (st->gpu_group[x] != UINT32_MAX)
+      order[seen++] = st->gpu_group[x];
+  if (seen != ng) {
+    for (uint32_t q = 0; q < ng; q++)
+      order[q] = q;
+    pk_merge_sort_u32(order, tmp, ng, group_before, a);
+  }
   for (uint32_t r = 0; r < ng; r++)
     rank[order[r]] = r;
   /* Members per group (counting sort by group rank, sequence order kept). */
@@ -88,8 +101,6 @@ int dcp_build(const pk_dcp_request_t *req, const dcp_cfg_t *cfg, const dcp_items
     fill[rank[a->seq_group[i]] + 1]++;
   for (uint32_t r = 0; r < ng; r++)
     fill[r + 1] += fill[r];
-  for (size_t x = 0; x < (size_t)a->slots * pool; x++)
-    st->gpu_group[x] = UINT32_MAX;
   pk_dcp_stats_t *stats = &plan->stats;
   for (uint32_t r = 0; r < ng; r++) {
     uint32_t q = order[r];
