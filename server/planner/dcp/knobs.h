@@ -66,6 +66,15 @@
  * members by rounding (about 1e-16 per change), so the shortcut never
  * skips a pair that the full check would try. Unit: fraction of a cost. */
 #define DCP_LEVEL_SKIP_TOL 1e-6
+/* A swap scan asks per block of DCP_LEVEL_BLOCK groups whether any of
+ * them can take the sequence at all, size by size, and counts a block
+ * that cannot without reading its groups: on a batch of tens of thousands
+ * of one-sequence groups nearly every block. Blocks are kept only with at
+ * most DCP_LEVEL_SURVEY_SIZES sizes (the question costs a pass over them;
+ * with any-size groups over a large pool reading the groups is cheaper).
+ * Unit: groups; sizes. */
+#define DCP_LEVEL_BLOCK 64u
+#define DCP_LEVEL_SURVEY_SIZES 64u
 
 /* ---- Megatron-Core's scheduler (megatron.c) ------------------------------ */
 

@@ -26,6 +26,17 @@ typedef struct lv {
    * sizes of the same sequence once per group. */
   double *ucost;
   uint32_t *ufor;
+  /* Swap scans by blocks of DCP_LEVEL_BLOCK groups (by number), where
+   * blocks is set: per block, the members of its groups under their slot's
+   * maximum (bopen) and per size index the highest slot maximum over those
+   * groups (bmax[b x nsize + k], -INFINITY: none); jopen[b]: the share of
+   * bopen of slot jfor[b] - 1. Every change tried (kept or undone: an
+   * undone change may leave a load an ulp off) resurveys the blocks of its
+   * two slots (mark, stamp: blocks done). */
+  bool blocks;
+  double *bmax;
+  uint64_t *bopen, *jopen;
+  uint32_t *jfor, *mark, stamp;
   uint64_t work, budget;
   uint32_t tick;
 } lv_t;
@@ -62,6 +73,71 @@ static uint32_t top(const lv_t *v, uint32_t j, double *second) {
   return best;
 }
 
+static void block_survey(lv_t *v, uint32_t b) {
+  const dcp_state_t *s = v->s;
+  uint32_t ns = s->cfg->nsize, end = PK_MIN(s->ng, (b + 1) * DCP_LEVEL_BLOCK);
+  double *bm = &v->bmax[(size_t)b * ns];
+  for (uint32_t k = 0; k < ns; k++)
+    bm[k] = -INFINITY;
+  v->bopen[b] = 0;
+  for (uint32_t h = b * DCP_LEVEL_BLOCK; h < end; h++) {
+    double x = s->smax[s->g[h].slot];
+    if (x <= s->g[h].load)
+      continue;
+    v->bopen[b] += s->g[h].count;
+    bm[s->g[h].k] = fmax(bm[s->g[h].k], x);
+  }
+}
+
+/* After a change tried between slots ja and jb: their groups' blocks. */
+static void resurvey(lv_t *v, uint32_t ja, uint32_t jb) {
+  if (!v->blocks)
+    return;
+  v->stamp++;
+  uint32_t slots[2] = {ja, jb};
+  for (uint32_t x = 0; x < 2; x++)
+    for (uint32_t r = v->start[slots[x]]; r < v->start[slots[x] + 1]; r++) {
+      uint32_t b = v->sg[r] / DCP_LEVEL_BLOCK;
+      if (v->mark[b] != v->stamp) {
+        v->mark[b] = v->stamp;
+        block_survey(v, b);
+      }
+    }
+}
+
+/* jopen for slot j, in the blocks that hold its groups. */
+static void slot_open(lv_t *v, uint32_t j) {
+  const dcp_state_t *s = v->s;
+  for (uint32_t r = v->start[j]; r < v->start[j + 1]; r++) {
+    v->jopen[v->sg[r] / DCP_LEVEL_BLOCK] = 0;
+    v->jfor[v->sg[r] / DCP_LEVEL_BLOCK] = j + 1;
+  }
+  for (uint32_t r = v->start[j]; r < v->start[j + 1]; r++) {
+    const dcp_grp_t *g = &s->g[v->sg[r]];
+    if (s->smax[j] > g->load)
+      v->jopen[v->sg[r] / DCP_LEVEL_BLOCK] += g->count;
+  }
+}
+
+/* Whether no group of block b can take a swap with sequence i: at every
+ * size, i's cost there plus the group terms passes the block's highest
+ * slot maximum of a group with room by more than the per-group check's
+ * tolerance, twice over, so that check (which reads the same quantities
+ * up to rounding) passes every group of the block over, and the scan
+ * only counts their members. */
+static bool block_closed(lv_t *v, uint32_t b, uint32_t i) {
+  const dcp_cfg_t *cfg = v->s->cfg;
+  const double *bm = &v->bmax[(size_t)b * cfg->nsize];
+  for (uint32_t k = 0; k < cfg->nsize; k++) {
+    if (bm[k] == -INFINITY)
+      continue;
+    double ui = cost_at(v, i, k), base = dcp_group_base(cfg, cfg->size[k]);
+    if (!(ui + base - bm[k] > 2 * DCP_LEVEL_SKIP_TOL * (ui + bm[k] + base)))
+      return false;
+  }
+  return true;
+}
+
 /* Moves sequence i to group h and keeps it there when the step falls. */
 static bool try_move(lv_t *v, uint32_t i, uint32_t h) {
   dcp_state_t *s = v->s;
@@ -75,10 +151,12 @@ static bool try_move(lv_t *v, uint32_t i, uint32_t h) {
     s->smax[jg] = mg;
     if (jh != jg)
       s->smax[jh] = mh;
+    resurvey(v, jg, jh);
     return true;
   }
   dcp_state_remove(s, i);
   dcp_state_add(s, g, i);
+  resurvey(v, jg, jh);
   return false;
 }
 
@@ -99,6 +177,7 @@ static bool try_swap(lv_t *v, uint32_t i, uint32_t i2) {
       s->smax[jg] = mg;
       if (jh != jg)
         s->smax[jh] = mh;
+      resurvey(v, jg, jh);
       return true;
     }
     dcp_state_remove(s, i2);
@@ -106,6 +185,7 @@ static bool try_swap(lv_t *v, uint32_t i, uint32_t i2) {
   }
   dcp_state_add(s, g, i);
   dcp_state_add(s, h, i2);
+  resurvey(v, jg, jh);
   return false;
 }
 
@@ -153,7 +233,22 @@ static bool improve(lv_t *v, uint32_t j) {
   for (uint32_t x = 0; x < ng; x++) {
     uint32_t i = v->mem_g[x];
     double u = dcp_item_cost(cfg, it, i, kg);
+    if (v->blocks)
+      slot_open(v, j);
     for (uint32_t h = 0; h < s->ng; h++) {
+      uint32_t b = h / DCP_LEVEL_BLOCK;
+      if (v->blocks && h % DCP_LEVEL_BLOCK == 0 && block_closed(v, b, i)) {
+        /* The block's groups would only be counted: its members under
+         * their slot's maximum but slot j's. */
+        uint64_t count = v->bopen[b] - (v->jfor[b] == j + 1 ? v->jopen[b] : 0);
+        if (v->work + count > v->budget + 1) {
+          v->work = v->budget + 2;
+          return false;
+        }
+        v->work += count;
+        h += DCP_LEVEL_BLOCK - 1;
+        continue;
+      }
       uint32_t jh = s->g[h].slot;
       if (jh == j || s->smax[jh] <= s->g[h].load)
         continue;
@@ -184,6 +279,8 @@ static bool improve(lv_t *v, uint32_t j) {
           continue;
         if (try_swap(v, i, i2))
           return true;
+        if (v->blocks)
+          slot_open(v, j); /* Undone: slot j's loads may be an ulp off. */
       }
     }
   }
@@ -199,9 +296,17 @@ int dcp_level(dcp_state_t *s) {
   v.mem_h = pk_malloc_array(s->it->n, sizeof *v.mem_h);
   v.ucost = pk_malloc_array(s->cfg->nsize, sizeof *v.ucost);
   v.ufor = pk_calloc(s->cfg->nsize, sizeof *v.ufor);
+  v.blocks = s->cfg->nsize <= DCP_LEVEL_SURVEY_SIZES;
+  uint32_t nblocks = v.blocks ? s->ng / DCP_LEVEL_BLOCK + 1 : 1;
+  v.bmax = pk_malloc_array((size_t)nblocks * s->cfg->nsize, sizeof *v.bmax);
+  v.bopen = pk_malloc_array(nblocks, sizeof *v.bopen);
+  v.jopen = pk_malloc_array(nblocks, sizeof *v.jopen);
+  v.jfor = pk_calloc(nblocks, sizeof *v.jfor);
+  v.mark = pk_calloc(nblocks, sizeof *v.mark);
   int rc = 0;
   if (v.start == NULL || v.sg == NULL || v.mem_g == NULL || v.mem_h == NULL || v.ucost == NULL ||
-      v.ufor == NULL) {
+      v.ufor == NULL || v.bmax == NULL || v.bopen == NULL || v.jopen == NULL || v.jfor == NULL ||
+      v.mark == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -215,6 +320,8 @@ int dcp_level(dcp_state_t *s) {
     v.start[j] = v.start[j - 1];
   v.start[0] = 0;
   dcp_state_step(s);
+  for (uint32_t b = 0; v.blocks && b * DCP_LEVEL_BLOCK < s->ng; b++)
+    block_survey(&v, b);
   for (uint32_t pass = 0; pass < DCP_LEVEL_PASSES && v.work <= v.budget; pass++) {
     bool any = false;
     for (uint32_t j = 0; j < s->m; j++) {
@@ -238,5 +345,10 @@ done:
   free(v.mem_h);
   free(v.ucost);
   free(v.ufor);
+  free(v.bmax);
+  free(v.bopen);
+  free(v.jopen);
+  free(v.jfor);
+  free(v.mark);
   return rc;
 }
