@@ -72,6 +72,23 @@ static inline bool key_before(const dcp_key_t *x, const dcp_key_t *y) {
 #define DCP_KEY_RUN 16u
 
 void dcp_sort_keys(dcp_key_t *a, dcp_key_t *tmp, uint32_t n) {
+  /* Lists built in order or in reverse (a slot's groups are a stack) are
+   * common: one pass finds them. */
+  uint32_t up = 1, down = 1;
+  while (up < n && key_before(&a[up - 1], &a[up]))
+    up++;
+  if (up >= n)
+    return;
+  while (down < n && key_before(&a[down], &a[down - 1]))
+    down++;
+  if (down >= n) {
+    for (uint32_t x = 0, y = n - 1; x < y; x++, y--) {
+      dcp_key_t t = a[x];
+      a[x] = a[y];
+      a[y] = t;
+    }
+    return;
+  }
   for (uint32_t lo = 0; lo < n; lo += DCP_KEY_RUN) {
     uint32_t hi = lo + DCP_KEY_RUN < n ? lo + DCP_KEY_RUN : n;
     for (uint32_t x = lo + 1; x < hi; x++) {
