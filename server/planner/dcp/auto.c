@@ -75,6 +75,10 @@ typedef struct scratch {
  * growing with c but for padding). */
 static uint32_t cheapest(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i) {
   uint32_t best = it->kmin[i];
+  /* Every size a power of two: the alignments nest, so the pool work only
+   * grows with the size (as the bound's least work, cost.c). */
+  if (cfg->sizes == PK_DCP_SIZES_POW2 && (cfg->pool & (cfg->pool - 1)) == 0)
+    return best;
   double bw = cfg->size[best] * dcp_item_cost(cfg, it, i, best);
   uint32_t end =
       cfg->sizes == PK_DCP_SIZES_ANY ? PK_MIN(cfg->nsize, best + DCP_ANY_CHEAPEST) : cfg->nsize;
