@@ -1,6 +1,7 @@
 /* Sorts (dcp.h). Orders of sequences by a cost (dcp_order_desc): a stable LSD
  * radix sort of the costs' bit patterns, a byte at a time, with the bytes
- * that every key shares skipped. Costs are finite (validation), so the
+ * that every key shares skipped (the low half only where the high half
+ * leaves ties). Costs are finite (validation), so the
  * pattern of a double, its sign bit flipped (or every bit, for a negative),
  * orders as the double does; -0 is taken as +0 so that it ties with it.
  * Sorting by the complement gives the descending order, and stability over
@@ -24,18 +25,20 @@ static inline uint64_t desc_key(double v) {
   return ~u;
 }
 
-void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, uint32_t *tmp) {
+/* LSD passes over the bytes first .. DCP_RADIX_PASSES - 1 of the keys,
+ * stable, from out (0 .. n - 1 in order) through tmp; the result in out. */
+static void radix(const double *key, uint32_t n, uint32_t first, uint32_t *out, uint32_t *tmp) {
   uint32_t count[DCP_RADIX_PASSES][DCP_RADIX_SIZE];
   memset(count, 0, sizeof count);
   for (uint32_t i = 0; i < n; i++) {
     uint64_t u = desc_key(key[i]);
-    for (uint32_t p = 0; p < DCP_RADIX_PASSES; p++)
+    for (uint32_t p = first; p < DCP_RADIX_PASSES; p++)
       count[p][(u >> (p * DCP_RADIX_BITS)) & (DCP_RADIX_SIZE - 1)]++;
   }
   for (uint32_t i = 0; i < n; i++)
     out[i] = i;
   uint32_t *src = out, *dst = tmp;
-  for (uint32_t p = 0; p < DCP_RADIX_PASSES; p++) {
+  for (uint32_t p = first; p < DCP_RADIX_PASSES; p++) {
     uint32_t shift = p * DCP_RADIX_BITS, sum = 0;
     bool shared = false;
     for (uint32_t b = 0; b < DCP_RADIX_SIZE && !shared; b++)
@@ -57,6 +60,35 @@ void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, uint32_t *tmp)
   }
   if (src != out)
     memcpy(out, src, (size_t)n * sizeof *out);
+}
+
+/* The high half of the keys first (sign, exponent and the top 20 bits of
+ * the mantissa: costs within a millionth of each other share it), then
+ * each run of a shared high half put in order by insertion (its entries
+ * are in index order, so equal keys stay so and cost no move). Where the
+ * moves pass DCP_RADIX_MOVES per key (many near-equal costs), the full
+ * sort instead. */
+#define DCP_RADIX_MOVES 4u
+
+void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, uint32_t *tmp) {
+  radix(key, n, DCP_RADIX_PASSES / 2, out, tmp);
+  uint64_t moves = 0;
+  for (uint32_t x = 1; x < n; x++) {
+    uint32_t v = out[x], y = x;
+    uint64_t kv = desc_key(key[v]);
+    for (; y > 0; y--) {
+      uint64_t ky = desc_key(key[out[y - 1]]);
+      if (ky >> 32 != kv >> 32 || ky < kv || (ky == kv && out[y - 1] < v))
+        break;
+      out[y] = out[y - 1];
+    }
+    out[y] = v;
+    moves += x - y;
+    if (moves > (uint64_t)DCP_RADIX_MOVES * n) {
+      radix(key, n, 0, out, tmp);
+      return;
+    }
+  }
 }
 
 static inline bool key_before(const dcp_key_t *x, const dcp_key_t *y) {
