@@ -60,6 +60,7 @@ static bool lighter(const void *arg, uint32_t x, uint32_t y) {
 typedef struct scratch {
   uint32_t *k;     /* n: chosen size index. */
   double *cost;    /* n: per-GPU cost at it. */
+  double *c0;      /* n: per-GPU cost at the cheapest size. */
   uint32_t *order; /* n: by class, cost descending. */
   uint32_t *tmp;   /* n. */
   uint32_t *heap;  /* n. */
@@ -117,13 +118,13 @@ static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t
                            const uint32_t *k0, const uint32_t *by, scratch_t *w) {
   double work = 0;
   for (uint32_t i = 0; i < it->n; i++)
-    work += cfg->size[k0[i]] * dcp_item_cost(cfg, it, i, k0[i]);
+    work += cfg->size[k0[i]] * w->c0[i];
   double slots_gpus = (double)m * cfg->pool;
   double level = work / slots_gpus;
   for (uint32_t x = 0; x < it->n; x++) {
     uint32_t i = by[x];
     uint32_t k = k0[i];
-    double u0 = dcp_item_cost(cfg, it, i, k), w0 = cfg->size[k] * u0, c = u0;
+    double u0 = w->c0[i], w0 = cfg->size[k] * u0, c = u0;
     if (policy == DCP_SIZES_SPREAD && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
       double best = u0 + dcp_group_base(cfg, cfg->size[k]) - level, bw = w0;
       for (uint32_t q = k + 1; q < cfg->nsize; q = next_size(cfg, k, q)) {
@@ -326,6 +327,7 @@ static int pack(dcp_state_t *s, scratch_t *w) {
 static void scratch_free(scratch_t *w) {
   free(w->k);
   free(w->cost);
+  free(w->c0);
   free(w->order);
   free(w->tmp);
   free(w->heap);
@@ -563,6 +565,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   uint32_t *by = pk_malloc_array(n, sizeof *by);
   w.k = pk_malloc_array(n, sizeof *w.k);
   w.cost = pk_malloc_array(n, sizeof *w.cost);
+  w.c0 = pk_malloc_array(n, sizeof *w.c0);
   w.order = pk_malloc_array(n, sizeof *w.order);
   w.tmp = pk_malloc_array(n, sizeof *w.tmp);
   w.heap = pk_malloc_array(n, sizeof *w.heap);
@@ -574,20 +577,20 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   dcp_state_t best = {0}, cur = {0};
   double best_step = INFINITY;
   int rc = 0;
-  if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.order == NULL ||
-      w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL || w.lo == NULL ||
-      w.cnt == NULL || w.work == NULL) {
+  if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.c0 == NULL ||
+      w.order == NULL || w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL ||
+      w.lo == NULL || w.cnt == NULL || w.work == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: out of memory for %u sequences", n);
     goto done;
   }
   for (uint32_t i = 0; i < n; i++) {
     k0[i] = cheapest(cfg, it, i);
-    w.cost[i] = dcp_item_cost(cfg, it, i, k0[i]);
+    w.c0[i] = dcp_item_cost(cfg, it, i, k0[i]);
   }
-  dcp_order_desc(w.cost, n, by, w.tmp);
+  dcp_order_desc(w.c0, n, by, w.tmp);
   /* Shelf plans: every sequence at its cheapest size, then spread with the
    * level of the slot count the first plan used. */
-  uint32_t m_shelf = dcp_slots_lower_bound(cfg, it);
+  uint32_t m_lb = dcp_slots_lower_bound(cfg, it), m_shelf = m_lb;
   for (uint32_t policy = 0; policy < DCP_SIZE_POLICIES; policy++) {
     /* Only a plan with fewer idle GPUs could win at a higher step. */
     double beat = best.g != NULL && idle_of(&best) == 0 ? best_step : INFINITY;
@@ -619,7 +622,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   /* Counts that do not pack are skipped in growing steps (1, 2, 4, ...):
    * near the bound a class packing often misses by a few slots, and each
    * miss costs a packing. */
-  uint32_t m = dcp_slots_lower_bound(cfg, it), extra = 0, step = 1;
+  uint32_t m = m_lb, extra = 0, step = 1;
   for (; n <= DCP_CLASS_MAX_N && m <= n && extra <= DCP_EXTRA_COUNTS; m += step) {
     if (dcp_step_lower_bound(cfg, it, m) >= best_step * (1 - 1e-9))
       break;
