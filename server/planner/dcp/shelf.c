@@ -72,7 +72,7 @@ int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order) {
       whole = odd_pool && c == pool;
       height = dcp_group_base(cfg, c) + u;
     }
-    dcp_state_add(s, grp, i);
+    dcp_state_add_known(s, grp, i, dcp_item_aligned(cfg, it, i, ki), u); /* grp is of size ki. */
   }
   s->m = slot + 1;
   free(open);

@@ -41,6 +41,10 @@ void dcp_state_free(dcp_state_t *s);
 /* A new empty group of size index k; UINT32_MAX when out of memory. */
 uint32_t dcp_state_new_group(dcp_state_t *s, uint32_t k);
 void dcp_state_add(dcp_state_t *s, uint32_t grp, uint32_t i);
+/* The same with sequence i's aligned length and cost at the group's size
+ * known to the caller (they must be dcp_item_aligned's and
+ * dcp_item_cost's). */
+void dcp_state_add_known(dcp_state_t *s, uint32_t grp, uint32_t i, uint64_t aligned, double cost);
 /* Puts group grp into slot j (taking it out of its slot, if any). */
 void dcp_state_set_slot(dcp_state_t *s, uint32_t grp, uint32_t j);
 void dcp_state_remove(dcp_state_t *s, uint32_t i);
