@@ -58,17 +58,19 @@ static bool lighter(const void *arg, uint32_t x, uint32_t y) {
 }
 
 typedef struct scratch {
-  uint32_t *k;     /* n: chosen size index. */
-  double *cost;    /* n: per-GPU cost at it. */
-  double *c0;      /* n: per-GPU cost at the cheapest size. */
-  uint32_t *order; /* n: by class, cost descending. */
-  uint32_t *tmp;   /* n. */
-  uint32_t *heap;  /* n. */
-  uint32_t *room;  /* n: the dealt classes' room heaps (pack). */
-  uint64_t *ngrp;  /* nsize: groups per class. */
-  uint64_t *lo;    /* nsize: least groups per class. */
-  uint64_t *cnt;   /* nsize. */
-  double *work;    /* nsize. */
+  uint32_t *k;      /* n: chosen size index. */
+  double *cost;     /* n: per-GPU cost at it. */
+  double *c0;       /* n: per-GPU cost at the cheapest size. */
+  uint32_t *order;  /* n: by class, cost descending. */
+  uint32_t *tmp;    /* n. */
+  uint32_t *heap;   /* n. */
+  uint32_t *room;   /* n: the dealt classes' room heaps (pack). */
+  uint64_t *ngrp;   /* nsize: groups per class. */
+  uint64_t *lo;     /* nsize: least groups per class. */
+  uint64_t *cnt;    /* nsize. */
+  double *work;     /* nsize. */
+  double *h;        /* n: heights (plan_shelf). */
+  dcp_rank_t *rank; /* 2 n: dcp_order_desc's. */
 } scratch_t;
 
 /* The size at which sequence i's pool work is least (from kmin; with any
@@ -336,6 +338,8 @@ static void scratch_free(scratch_t *w) {
   free(w->lo);
   free(w->cnt);
   free(w->work);
+  free(w->h);
+  free(w->rank);
 }
 
 /* One plan at m slots into s (initialised here). Returns 0, 1 when m slots
@@ -412,13 +416,10 @@ static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
                       double beat, scratch_t *w, dcp_state_t *s) {
   uint32_t n = it->n;
   choose_sizes(cfg, it, m, policy, k0, by, w);
-  double *h = (double *)malloc((size_t)n * sizeof *h);
-  if (h == NULL)
-    return PK_ENOMEM;
+  double *h = w->h;
   for (uint32_t i = 0; i < n; i++)
     h[i] = w->cost[i] + dcp_group_base(cfg, cfg->size[w->k[i]]);
-  dcp_order_desc(h, n, w->order, w->tmp);
-  free(h);
+  dcp_order_desc(h, n, w->order, w->rank);
   int rc = dcp_state_init(s, cfg, it, limits, n);
   if (rc == 0)
     rc = dcp_shelf(s, w->k, w->order);
@@ -574,12 +575,14 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   w.lo = pk_malloc_array(ns, sizeof *w.lo);
   w.cnt = pk_malloc_array(ns, sizeof *w.cnt);
   w.work = pk_malloc_array(ns, sizeof *w.work);
+  w.h = pk_malloc_array(n, sizeof *w.h);
+  w.rank = pk_malloc_array(2 * (size_t)n, sizeof *w.rank);
   dcp_state_t best = {0}, cur = {0};
   double best_step = INFINITY;
   int rc = 0;
   if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.c0 == NULL ||
       w.order == NULL || w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL ||
-      w.lo == NULL || w.cnt == NULL || w.work == NULL) {
+      w.lo == NULL || w.cnt == NULL || w.work == NULL || w.h == NULL || w.rank == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: out of memory for %u sequences", n);
     goto done;
   }
@@ -587,7 +590,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     k0[i] = cheapest(cfg, it, i);
     w.c0[i] = dcp_item_cost(cfg, it, i, k0[i]);
   }
-  dcp_order_desc(w.c0, n, by, w.tmp);
+  dcp_order_desc(w.c0, n, by, w.rank);
   /* Shelf plans: every sequence at its cheapest size, then spread with the
    * level of the slot count the first plan used. */
   uint32_t m_lb = dcp_slots_lower_bound(cfg, it), m_shelf = m_lb;

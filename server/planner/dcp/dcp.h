@@ -147,9 +147,13 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
 int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
                  dcp_assign_t *out, char *err, size_t errlen);
 
-/* out[0 .. n): 0 .. n - 1 by key descending, ties by index (order.c; tmp:
- * n scratch entries). Keys finite. */
-void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, uint32_t *tmp);
+/* out[0 .. n): 0 .. n - 1 by key descending, ties by index (order.c;
+ * scratch: 2 n entries). Keys finite. */
+typedef struct dcp_rank {
+  uint64_t key;
+  uint32_t idx;
+} dcp_rank_t;
+void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, dcp_rank_t *scratch);
 
 /* A sort key: major ascending, then minor descending, then idx ascending
  * (order.c). dcp_sort_keys sorts a[0 .. n) (tmp: n scratch entries) with

@@ -25,70 +25,79 @@ static inline uint64_t desc_key(double v) {
   return ~u;
 }
 
-/* LSD passes over the bytes first .. DCP_RADIX_PASSES - 1 of the keys,
- * stable, from out (0 .. n - 1 in order) through tmp; the result in out. */
-static void radix(const double *key, uint32_t n, uint32_t first, uint32_t *out, uint32_t *tmp) {
-  uint32_t count[DCP_RADIX_PASSES][DCP_RADIX_SIZE];
-  memset(count, 0, sizeof count);
-  for (uint32_t i = 0; i < n; i++) {
-    uint64_t u = desc_key(key[i]);
-    for (uint32_t p = first; p < DCP_RADIX_PASSES; p++)
-      count[p][(u >> (p * DCP_RADIX_BITS)) & (DCP_RADIX_SIZE - 1)]++;
-  }
-  for (uint32_t i = 0; i < n; i++)
-    out[i] = i;
-  uint32_t *src = out, *dst = tmp;
+/* LSD passes over the bytes first .. DCP_RADIX_PASSES - 1 of the keys
+ * (count: their byte histograms), stable, from *a through *b; *a holds the
+ * result. */
+static void radix(dcp_rank_t **a, dcp_rank_t **b, uint32_t n, uint32_t first,
+                  uint32_t count[DCP_RADIX_PASSES][DCP_RADIX_SIZE]) {
   for (uint32_t p = first; p < DCP_RADIX_PASSES; p++) {
     uint32_t shift = p * DCP_RADIX_BITS, sum = 0;
     bool shared = false;
-    for (uint32_t b = 0; b < DCP_RADIX_SIZE && !shared; b++)
-      shared = count[p][b] == n;
+    for (uint32_t d = 0; d < DCP_RADIX_SIZE && !shared; d++)
+      shared = count[p][d] == n;
     if (shared)
       continue;
-    for (uint32_t b = 0; b < DCP_RADIX_SIZE; b++) {
-      uint32_t c = count[p][b];
-      count[p][b] = sum;
+    for (uint32_t d = 0; d < DCP_RADIX_SIZE; d++) {
+      uint32_t c = count[p][d];
+      count[p][d] = sum;
       sum += c;
     }
-    for (uint32_t x = 0; x < n; x++) {
-      uint32_t i = src[x];
-      dst[count[p][(desc_key(key[i]) >> shift) & (DCP_RADIX_SIZE - 1)]++] = i;
-    }
-    uint32_t *t = src;
-    src = dst;
-    dst = t;
+    const dcp_rank_t *src = *a;
+    dcp_rank_t *dst = *b;
+    for (uint32_t x = 0; x < n; x++)
+      dst[count[p][(src[x].key >> shift) & (DCP_RADIX_SIZE - 1)]++] = src[x];
+    *b = *a;
+    *a = dst;
   }
-  if (src != out)
-    memcpy(out, src, (size_t)n * sizeof *out);
 }
 
 /* The high half of the keys first (sign, exponent and the top 20 bits of
  * the mantissa: costs within a millionth of each other share it), then
  * each run of a shared high half put in order by insertion (its entries
  * are in index order, so equal keys stay so and cost no move). Where the
- * moves pass DCP_RADIX_MOVES per key (many near-equal costs), the full
- * sort instead. */
+ * moves pass DCP_RADIX_MOVES per key (many near-equal costs), the low
+ * half's passes instead. */
 #define DCP_RADIX_MOVES 4u
 
-void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, uint32_t *tmp) {
-  radix(key, n, DCP_RADIX_PASSES / 2, out, tmp);
-  uint64_t moves = 0;
-  for (uint32_t x = 1; x < n; x++) {
-    uint32_t v = out[x], y = x;
-    uint64_t kv = desc_key(key[v]);
-    for (; y > 0; y--) {
-      uint64_t ky = desc_key(key[out[y - 1]]);
-      if (ky >> 32 != kv >> 32 || ky < kv || (ky == kv && out[y - 1] < v))
-        break;
-      out[y] = out[y - 1];
-    }
-    out[y] = v;
-    moves += x - y;
-    if (moves > (uint64_t)DCP_RADIX_MOVES * n) {
-      radix(key, n, 0, out, tmp);
-      return;
-    }
+void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, dcp_rank_t *scratch) {
+  uint32_t count[DCP_RADIX_PASSES][DCP_RADIX_SIZE];
+  memset(count, 0, sizeof count);
+  dcp_rank_t *a = scratch, *b = scratch + n;
+  for (uint32_t i = 0; i < n; i++) {
+    uint64_t u = desc_key(key[i]);
+    a[i] = (dcp_rank_t){.key = u, .idx = i};
+    for (uint32_t p = DCP_RADIX_PASSES / 2; p < DCP_RADIX_PASSES; p++)
+      count[p][(u >> (p * DCP_RADIX_BITS)) & (DCP_RADIX_SIZE - 1)]++;
   }
+  radix(&a, &b, n, DCP_RADIX_PASSES / 2, count);
+  uint64_t moves = 0;
+  for (uint32_t x = 1; x < n && moves <= (uint64_t)DCP_RADIX_MOVES * n; x++) {
+    dcp_rank_t v = a[x];
+    uint32_t y = x;
+    for (; y > 0; y--) {
+      const dcp_rank_t *w = &a[y - 1];
+      if (w->key >> 32 != v.key >> 32 || w->key < v.key || (w->key == v.key && w->idx < v.idx))
+        break;
+      a[y] = *w;
+    }
+    a[y] = v;
+    moves += x - y;
+  }
+  if (moves > (uint64_t)DCP_RADIX_MOVES * n) {
+    /* Every pass from the lowest byte: back to index order first. */
+    for (uint32_t x = 0; x < n; x++)
+      b[a[x].idx] = a[x];
+    dcp_rank_t *t = a;
+    a = b;
+    b = t;
+    memset(count, 0, sizeof count);
+    for (uint32_t x = 0; x < n; x++)
+      for (uint32_t p = 0; p < DCP_RADIX_PASSES; p++)
+        count[p][(a[x].key >> (p * DCP_RADIX_BITS)) & (DCP_RADIX_SIZE - 1)]++;
+    radix(&a, &b, n, 0, count);
+  }
+  for (uint32_t x = 0; x < n; x++)
+    out[x] = a[x].idx;
 }
 
 static inline bool key_before(const dcp_key_t *x, const dcp_key_t *y) {

@@ -56,7 +56,7 @@ static bool desc_before(const double *key, uint32_t x, uint32_t y) {
 static void check_order(uint32_t n, uint32_t shape) {
   double *key = malloc((n + 1) * sizeof *key);
   uint32_t *out = malloc((n + 1) * sizeof *out);
-  uint32_t *tmp = malloc((n + 1) * sizeof *tmp);
+  dcp_rank_t *tmp = malloc((2 * n + 1) * sizeof *tmp);
   uint32_t *ref = malloc((n + 1) * sizeof *ref);
   assert_non_null(key);
   assert_non_null(out);
