@@ -40,9 +40,11 @@ static bool retile(dcp_state_t *s, uint32_t j, uint32_t *buf, dcp_key_t *key) {
   for (uint32_t q = s->shead[j]; q != UINT32_MAX; q = s->g[q].snext, cnt++)
     if (cnt > s->cfg->pool)
       return false; /* Every group takes a GPU at least. */
-  cnt = 0;
+  /* In the order the groups joined the slot (the list is a stack): groups
+   * of a size usually join costliest first, so runs come in order. */
+  uint32_t at = cnt;
   for (uint32_t q = s->shead[j]; q != UINT32_MAX; q = s->g[q].snext)
-    key[cnt++] = (dcp_key_t){.major = ns - 1 - s->g[q].k, .idx = q, .minor = s->g[q].load};
+    key[--at] = (dcp_key_t){.major = ns - 1 - s->g[q].k, .idx = q, .minor = s->g[q].load};
   /* place_before's order: sizes ascend with their index. */
   dcp_sort_keys(key, key + cnt, cnt);
   for (uint32_t r = 0; r < cnt; r++)
