@@ -60,6 +60,9 @@ def load_lines(name, cap_total):
     return out
 
 
+AUTO_RUNS = 3
+
+
 def long_tail(rng, n):
     """RL rollouts with a long tail: prompt U[256, 2048) + a log-normal
     response (median 6,000, sigma 1.0) capped at 62,000 tokens, 6 % of the
@@ -142,11 +145,16 @@ def case(rng, mc, workload, pool, n, cap, batches, cost_name):
             g = ";".join(f"{s} {size} " + ",".join(map(str, ids)) for s, size, ids in groups)
             lines.append(f"score {pool} 1 1 {cap} " + " ".join(repr(c) for c in cost) + " | " +
                          lens + " | " + g)
-        out = run_tool(lines)
+        # AUTO's plan time is the least of AUTO_RUNS runs of the same plan
+        # (deterministic): the spread between runs is the shared machine's.
+        out = run_tool(lines + [lines[0]] * (AUTO_RUNS - 1))
         for r in out:
             if r["status"] != "ok":
                 raise SystemExit(f"{workload.__name__} pool {pool} n {n}: {r['message']}")
-        rows["auto"].append(out[0])
+        again = [out[0]] + out[len(lines):]
+        assert all(r["step"] == out[0]["step"] for r in again)
+        out = out[:len(lines)]
+        rows["auto"].append(dict(out[0], time_us=min(r["time_us"] for r in again)))
         rows["megatron_repro"].append(out[1])
         rows["fixed"].append(dict(out[2], cp=cp))
         if mc is not None:
@@ -204,7 +212,7 @@ def main():
     print("| cost | workload | GPUs | n | cap | fixed CP | packd dyn step | / bound | "
           "/ fixed CP | / Megatron repro | / Megatron (cap kept in) | Megatron over cap "
           "(groups, worst tokens/GPU) | slots dyn / fixed / repro / Megatron | "
-          "cap violations dyn | plan ms dyn (max) |")
+          "cap violations dyn | plan ms dyn (max of least of 3) |")
     print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     worst = {"bound": 0, "fixed_lt": 0, "repro": 0, "mc_kept": 0}
     for cost_name in COSTS:

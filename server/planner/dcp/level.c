@@ -31,12 +31,15 @@ typedef struct lv {
    * maximum (bopen) and per size index the highest slot maximum over those
    * groups (bmax[b x nsize + k], -INFINITY: none); jopen[b]: the share of
    * bopen of slot jfor[b] - 1. Every change tried (kept or undone: an
-   * undone change may leave a load an ulp off) resurveys the blocks of its
-   * two slots (mark, stamp: blocks done). */
+   * undone change may leave a load an ulp off) marks the blocks of its two
+   * slots stale, and a scan surveys a stale block again when it reaches
+   * it: a survey costs what reading the block's groups costs, once per
+   * scan at most. */
   bool blocks;
   double *bmax;
   uint64_t *bopen, *jopen;
-  uint32_t *jfor, *mark, stamp;
+  uint32_t *jfor;
+  bool *stale;
   uint64_t work, budget;
   uint32_t tick;
 } lv_t;
@@ -93,16 +96,10 @@ static void block_survey(lv_t *v, uint32_t b) {
 static void resurvey(lv_t *v, uint32_t ja, uint32_t jb) {
   if (!v->blocks)
     return;
-  v->stamp++;
   uint32_t slots[2] = {ja, jb};
   for (uint32_t x = 0; x < 2; x++)
-    for (uint32_t r = v->start[slots[x]]; r < v->start[slots[x] + 1]; r++) {
-      uint32_t b = v->sg[r] / DCP_LEVEL_BLOCK;
-      if (v->mark[b] != v->stamp) {
-        v->mark[b] = v->stamp;
-        block_survey(v, b);
-      }
-    }
+    for (uint32_t r = v->start[slots[x]]; r < v->start[slots[x] + 1]; r++)
+      v->stale[v->sg[r] / DCP_LEVEL_BLOCK] = true;
 }
 
 /* jopen for slot j, in the blocks that hold its groups. */
@@ -127,6 +124,10 @@ static void slot_open(lv_t *v, uint32_t j) {
  * only counts their members. */
 static bool block_closed(lv_t *v, uint32_t b, uint32_t i) {
   const dcp_cfg_t *cfg = v->s->cfg;
+  if (v->stale[b]) {
+    block_survey(v, b);
+    v->stale[b] = false;
+  }
   const double *bm = &v->bmax[(size_t)b * cfg->nsize];
   for (uint32_t k = 0; k < cfg->nsize; k++) {
     if (bm[k] == -INFINITY)
@@ -302,11 +303,11 @@ int dcp_level(dcp_state_t *s) {
   v.bopen = pk_malloc_array(nblocks, sizeof *v.bopen);
   v.jopen = pk_malloc_array(nblocks, sizeof *v.jopen);
   v.jfor = pk_calloc(nblocks, sizeof *v.jfor);
-  v.mark = pk_calloc(nblocks, sizeof *v.mark);
+  v.stale = pk_malloc_array(nblocks, sizeof *v.stale);
   int rc = 0;
   if (v.start == NULL || v.sg == NULL || v.mem_g == NULL || v.mem_h == NULL || v.ucost == NULL ||
       v.ufor == NULL || v.bmax == NULL || v.bopen == NULL || v.jopen == NULL || v.jfor == NULL ||
-      v.mark == NULL) {
+      v.stale == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -320,8 +321,8 @@ int dcp_level(dcp_state_t *s) {
     v.start[j] = v.start[j - 1];
   v.start[0] = 0;
   dcp_state_step(s);
-  for (uint32_t b = 0; v.blocks && b * DCP_LEVEL_BLOCK < s->ng; b++)
-    block_survey(&v, b);
+  for (uint32_t b = 0; b < nblocks; b++)
+    v.stale[b] = true;
   for (uint32_t pass = 0; pass < DCP_LEVEL_PASSES && v.work <= v.budget; pass++) {
     bool any = false;
     for (uint32_t j = 0; j < s->m; j++) {
@@ -349,6 +350,6 @@ done:
   free(v.bopen);
   free(v.jopen);
   free(v.jfor);
-  free(v.mark);
+  free(v.stale);
   return rc;
 }
