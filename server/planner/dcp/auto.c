@@ -366,51 +366,11 @@ static int plan_at(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_
   return dcp_split(s);
 }
 
-/* A lower bound on the step a shelf plan can reach from s (its groups
- * packed into slots, none empty): the filling and the splitting keep every
- * sequence in its slot (they split and grow groups in place; seeding
- * only fills empty slots), so each slot costs at least its longest
- * sequence alone at its cheapest size (a sequence's per-GPU cost at every
- * size grows with its length, and a longer one may use no more sizes) and
- * at least its sequences' least pool work over the pool (each at its
- * smallest size with its real length, which every term only raises).
- * Returns -1 when out of memory (no bound). */
-static double shelf_bound(const dcp_state_t *s) {
-  const dcp_cfg_t *cfg = s->cfg;
-  const dcp_items_t *it = s->it;
-  uint32_t *longest = pk_malloc_array(s->m, sizeof *longest);
-  double *work = pk_calloc(s->m, sizeof *work);
-  double bound = -1;
-  if (longest != NULL && work != NULL) {
-    for (uint32_t j = 0; j < s->m; j++)
-      longest[j] = UINT32_MAX;
-    for (uint32_t i = 0; i < it->n; i++) {
-      uint32_t j = s->g[s->group[i]].slot, c = cfg->size[it->kmin[i]];
-      double len = it->len[i];
-      work[j] +=
-          c * cfg->base.seq + pk_token_cost(&cfg->base, it->len[i]) + cfg->cp_token * len * (c - 1);
-      if (longest[j] == UINT32_MAX || it->len[i] > it->len[longest[j]])
-        longest[j] = i;
-    }
-    bound = 0;
-    for (uint32_t j = 0; j < s->m; j++) {
-      double alone = INFINITY;
-      for (uint32_t k = it->kmin[longest[j]]; longest[j] != UINT32_MAX && k < cfg->nsize; k++)
-        alone =
-            fmin(alone, dcp_group_base(cfg, cfg->size[k]) + dcp_item_cost(cfg, it, longest[j], k));
-      bound += fmax(alone == INFINITY ? 0 : alone, work[j] / cfg->pool);
-    }
-  }
-  free(longest);
-  free(work);
-  return bound;
-}
-
 /* One shelf plan (shelf.c) of a size policy, its level from m slots, then
  * the idle filling and levelling. beat: the step to beat, where a plan at
- * or above it cannot win (INFINITY: none); the plan stops after its
- * packing when its bound shows it cannot. Returns 0, 1 when it stopped so,
- * or a negative code. */
+ * or above it cannot win (INFINITY: none); the plan stops in its packing
+ * once it shows it cannot (dcp_shelf). Returns 0, 1 when it stopped so, or
+ * a negative code. */
 static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
                       uint32_t m, uint32_t policy, const uint32_t *k0, const uint32_t *by,
                       double beat, scratch_t *w, dcp_state_t *s) {
@@ -422,16 +382,11 @@ static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
   dcp_order_desc(h, n, w->order, w->rank);
   int rc = dcp_state_init(s, cfg, it, limits, n);
   if (rc == 0)
-    rc = dcp_shelf(s, w->k, w->order);
+    rc = dcp_shelf(s, w->k, w->order, beat);
+  if (rc == 1)
+    return 1;
   if (rc == 0 && pk_limits_stopped(limits))
     rc = PK_ECANCELED;
-  if (rc == 0 && beat < INFINITY && cfg->nsize <= DCP_SHELF_BOUND_SIZES) {
-    double bound = shelf_bound(s);
-    if (bound < 0)
-      rc = PK_ENOMEM;
-    else if (bound > beat * (1 + DCP_SHELF_BOUND_TOL))
-      return 1;
-  }
   if (rc == 0)
     rc = dcp_fill(s);
   if (rc == 0)

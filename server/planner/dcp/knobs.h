@@ -37,11 +37,11 @@
 /* The same for a sequence's cheapest size (auto.c, cheapest). Unit: sizes. */
 #define DCP_ANY_CHEAPEST 4u
 
-/* A shelf plan whose bound after its packing (auto.c, shelf_bound) is
- * above the best step so far by more than this fraction stops there: the
- * bound and the step are sums of many terms, rounded apart. Its slots'
- * longest sequences are looked at over every size, so only with at most
- * DCP_SHELF_BOUND_SIZES sizes. Unit: fraction of the step; sizes. */
+/* A shelf packing whose slots' floor (shelf.c, slot_floor) passes the
+ * best step so far by more than this fraction stops: the floor and the
+ * step are sums of many terms, rounded apart. Each slot's longest sequence
+ * is looked at over every size, so only with at most DCP_SHELF_BOUND_SIZES
+ * sizes. Unit: fraction of the step; sizes. */
 #define DCP_SHELF_BOUND_TOL 1e-9
 #define DCP_SHELF_BOUND_SIZES 64u
 

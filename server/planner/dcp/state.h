@@ -62,8 +62,10 @@ int dcp_state_export(const dcp_state_t *s, dcp_assign_t *out);
  * sequence's group cost; a sequence opens a group of its size while the
  * slot has free GPUs, else joins the least loaded group of its size that
  * stays under the height and the cap, else opens the next slot. Sets s->m.
- * Returns 0 or PK_ENOMEM. */
-int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order);
+ * beat: a step to beat (INFINITY: none); the packing stops once its slots'
+ * floor (what they cost at least, whatever the filling and the splitting
+ * do) is above it. Returns 0, 1 when it stopped so, or PK_ENOMEM. */
+int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order, double beat);
 /* slots.c: gives every slot's free GPUs work (see dcp_place). Returns 0 or
  * a negative code. */
 int dcp_fill(dcp_state_t *s);
