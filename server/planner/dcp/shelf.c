@@ -47,7 +47,7 @@ int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order, double b
   /* The floor of the closed slots and the open slot's longest sequence and
    * least work (slot_floor), where there is a step to beat. */
   bool bounded = beat < INFINITY && cfg->nsize <= DCP_SHELF_BOUND_SIZES;
-  double floor = 0, work = 0;
+  double floors = 0, work = 0;
   uint32_t longest = UINT32_MAX;
   for (uint32_t x = 0; x < n; x++) {
     if ((x + 1) % DCP_POLL_ITEMS == 0 && pk_limits_stopped(s->limits)) {
@@ -80,10 +80,10 @@ int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order, double b
       }
     }
     if (grp == UINT32_MAX && bounded && slot != UINT32_MAX) {
-      floor += slot_floor(cfg, it, longest, work);
+      floors += slot_floor(cfg, it, longest, work);
       work = 0;
       longest = UINT32_MAX;
-      if (floor > beat * (1 + DCP_SHELF_BOUND_TOL)) {
+      if (floors > beat * (1 + DCP_SHELF_BOUND_TOL)) {
         s->m = slot + 1;
         free(open);
         return 1;
@@ -116,7 +116,7 @@ int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order, double b
   s->m = slot + 1;
   free(open);
   if (bounded && slot != UINT32_MAX &&
-      floor + slot_floor(cfg, it, longest, work) > beat * (1 + DCP_SHELF_BOUND_TOL))
+      floors + slot_floor(cfg, it, longest, work) > beat * (1 + DCP_SHELF_BOUND_TOL))
     return 1;
   return 0;
 }
