@@ -192,10 +192,17 @@ def plan_times(quick):
         # is the machine's (other processes), not the plan's.
         outs = run_tool([line] * 5)
         out = min(outs, key=lambda r: r["time_us"])
+        # AUTO's fixed-CP candidate is packd's fixed-CP AUTO on the same
+        # batch: its time alone, the same way.
+        cp = min(fixed_cp(lengths, 8192), pool)
+        fixed = (f"plan fixed {pool // cp} {cp} 1 8192 " + " ".join(repr(c) for c in COSTS["cp"]) +
+                 " | " + " ".join(map(str, lengths)))
+        fixed_us = min(r["time_us"] for r in run_tool([fixed] * 5))
         load = os.getloadavg()[0]
         print(f"plan time, {n} sequences on {pool} GPUs: {out['time_us'] / 1000:.1f} ms, least of "
               f"5 (load average {load:.1f} on {os.cpu_count()} CPUs; step / bound "
-              f"{out['step'] / out['bound']:.4f}, {out['slots']} slots)")
+              f"{out['step'] / out['bound']:.4f}, {out['slots']} slots; fixed-CP AUTO alone at "
+              f"CP {cp}: {fixed_us / 1000:.1f} ms)")
 
 
 def main():

@@ -40,6 +40,9 @@ typedef struct lv {
   uint64_t *bopen, *jopen;
   uint32_t *jfor;
   bool *stale;
+  /* Each slot's blocks (its groups' blocks, each once where its groups
+   * are consecutive): slot j's in sblk[bstart[j] .. bstart[j + 1]). */
+  uint32_t *bstart, *sblk;
   uint64_t work, budget;
   uint32_t tick;
 } lv_t;
@@ -52,10 +55,16 @@ static inline double cost_at(lv_t *v, uint32_t i, uint32_t k) {
   return v->ucost[k];
 }
 
+/* The larger of two costs (never NaN), inline: fmax is a library call,
+ * and slot_max reads every group of a slot per change tried. */
+static inline double most(double a, double b) {
+  return b > a ? b : a;
+}
+
 static double slot_max(const lv_t *v, uint32_t j) {
   double mx = 0;
   for (uint32_t r = v->start[j]; r < v->start[j + 1]; r++)
-    mx = fmax(mx, v->s->g[v->sg[r]].load);
+    mx = most(mx, v->s->g[v->sg[r]].load);
   return mx;
 }
 
@@ -67,10 +76,10 @@ static uint32_t top(const lv_t *v, uint32_t j, double *second) {
     uint32_t q = v->sg[r];
     if (best == UINT32_MAX || v->s->g[q].load > v->s->g[best].load) {
       if (best != UINT32_MAX)
-        *second = fmax(*second, v->s->g[best].load);
+        *second = most(*second, v->s->g[best].load);
       best = q;
     } else {
-      *second = fmax(*second, v->s->g[q].load);
+      *second = most(*second, v->s->g[q].load);
     }
   }
   return best;
@@ -88,7 +97,7 @@ static void block_survey(lv_t *v, uint32_t b) {
     if (x <= s->g[h].load)
       continue;
     v->bopen[b] += s->g[h].count;
-    bm[s->g[h].k] = fmax(bm[s->g[h].k], x);
+    bm[s->g[h].k] = most(bm[s->g[h].k], x);
   }
 }
 
@@ -98,8 +107,8 @@ static void resurvey(lv_t *v, uint32_t ja, uint32_t jb) {
     return;
   uint32_t slots[2] = {ja, jb};
   for (uint32_t x = 0; x < 2; x++)
-    for (uint32_t r = v->start[slots[x]]; r < v->start[slots[x] + 1]; r++)
-      v->stale[v->sg[r] / DCP_LEVEL_BLOCK] = true;
+    for (uint32_t r = v->bstart[slots[x]]; r < v->bstart[slots[x] + 1]; r++)
+      v->stale[v->sblk[r]] = true;
 }
 
 /* jopen for slot j, in the blocks that hold its groups. */
@@ -304,10 +313,12 @@ int dcp_level(dcp_state_t *s) {
   v.jopen = pk_malloc_array(nblocks, sizeof *v.jopen);
   v.jfor = pk_calloc(nblocks, sizeof *v.jfor);
   v.stale = pk_malloc_array(nblocks, sizeof *v.stale);
+  v.bstart = pk_malloc_array((size_t)s->m + 1, sizeof *v.bstart);
+  v.sblk = pk_malloc_array(s->ng + 1, sizeof *v.sblk);
   int rc = 0;
   if (v.start == NULL || v.sg == NULL || v.mem_g == NULL || v.mem_h == NULL || v.ucost == NULL ||
       v.ufor == NULL || v.bmax == NULL || v.bopen == NULL || v.jopen == NULL || v.jfor == NULL ||
-      v.stale == NULL) {
+      v.stale == NULL || v.bstart == NULL || v.sblk == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -320,6 +331,14 @@ int dcp_level(dcp_state_t *s) {
   for (uint32_t j = s->m; j > 0; j--)
     v.start[j] = v.start[j - 1];
   v.start[0] = 0;
+  uint32_t t = 0;
+  for (uint32_t j = 0; j < s->m; j++) {
+    v.bstart[j] = t;
+    for (uint32_t r = v.start[j]; r < v.start[j + 1]; r++)
+      if (t == v.bstart[j] || v.sblk[t - 1] != v.sg[r] / DCP_LEVEL_BLOCK)
+        v.sblk[t++] = v.sg[r] / DCP_LEVEL_BLOCK;
+  }
+  v.bstart[s->m] = t;
   dcp_state_step(s);
   for (uint32_t b = 0; b < nblocks; b++)
     v.stale[b] = true;
@@ -351,5 +370,7 @@ done:
   free(v.jopen);
   free(v.jfor);
   free(v.stale);
+  free(v.bstart);
+  free(v.sblk);
   return rc;
 }
