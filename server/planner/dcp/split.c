@@ -68,9 +68,12 @@ int dcp_split(dcp_state_t *s) {
   const dcp_cfg_t *cfg = s->cfg;
   if (cfg->sizes != PK_DCP_SIZES_POW2)
     return 0; /* Any-size groups grow and shrink freely in the filling. */
-  uint32_t n = s->it->n;
-  uint32_t *mem = pk_malloc_array(n, sizeof *mem);
-  dcp_key_t *key = pk_malloc_array(2 * (size_t)n, sizeof *key);
+  /* Halves hold fewer members than the group they come from. */
+  uint32_t most = 1;
+  for (uint32_t q = 0; q < s->ng; q++)
+    most = PK_MAX(most, s->g[q].count);
+  uint32_t *mem = pk_malloc_array(most, sizeof *mem);
+  dcp_key_t *key = pk_malloc_array(2 * (size_t)most, sizeof *key);
   int rc = 0;
   if (mem == NULL || key == NULL) {
     rc = PK_ENOMEM;
