@@ -8,7 +8,7 @@
  * packd's fixed-CP AUTO at one size, shelf plans (shelf.c), class plans
  * (auto.c, slots.c) and Megatron-Core's scheduler (megatron.c), each with
  * idle GPUs given work (slots.c) and groups split into halves (split.c);
- * the winner is levelled (level.c). Tunables: knobs.h. */
+ * the winner is levelled (level.c). Sorts: order.c. Tunables: knobs.h. */
 #ifndef PK_DCP_INTERNAL_H
 #define PK_DCP_INTERNAL_H
 
