@@ -70,17 +70,20 @@ static bool lighter(const void *arg, uint32_t x, uint32_t y) {
 }
 
 typedef struct scratch {
-  uint32_t *k;     /* n: chosen size index. */
-  double *cost;    /* n: per-GPU cost at it. */
-  uint32_t *order; /* n: by class, cost descending. */
-  uint32_t *tmp;   /* n. */
-  uint32_t *heap;  /* n. */
-  uint32_t *room;  /* n: the dealt classes' room heaps (pack). */
-  uint64_t *ngrp;  /* nsize: groups per class. */
-  uint64_t *lo;    /* nsize: least groups per class. */
-  uint64_t *cnt;   /* nsize. */
-  double *work;    /* nsize. */
-  double *top;     /* nsize: the costliest sequence of each class. */
+  uint32_t *k;      /* n: chosen size index. */
+  double *cost;     /* n: per-GPU cost at it. */
+  double *c0;       /* n: per-GPU cost at the cheapest size. */
+  uint32_t *order;  /* n: by class, cost descending. */
+  uint32_t *tmp;    /* n. */
+  uint32_t *heap;   /* n. */
+  uint32_t *room;   /* n: the dealt classes' room heaps (pack). */
+  uint64_t *ngrp;   /* nsize: groups per class. */
+  uint64_t *lo;     /* nsize: least groups per class. */
+  uint64_t *cnt;    /* nsize. */
+  double *work;     /* nsize. */
+  double *top;      /* nsize: the costliest sequence of each class. */
+  double *h;        /* n: heights (plan_shelf). */
+  dcp_rank_t *rank; /* 2 n: dcp_order_desc's. */
 } scratch_t;
 
 /* The size at which sequence i's pool work is least (from kmin; with any
@@ -88,6 +91,10 @@ typedef struct scratch {
  * growing with c but for padding). */
 static uint32_t cheapest(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i) {
   uint32_t best = it->kmin[i];
+  /* Every size a power of two: the alignments nest, so the pool work only
+   * grows with the size (as the bound's least work, cost.c). */
+  if (cfg->sizes == PK_DCP_SIZES_POW2 && (cfg->pool & (cfg->pool - 1)) == 0)
+    return best;
   double bw = cfg->size[best] * dcp_item_cost(cfg, it, i, best);
   uint32_t end =
       cfg->sizes == PK_DCP_SIZES_ANY ? PK_MIN(cfg->nsize, best + DCP_ANY_CHEAPEST) : cfg->nsize;
@@ -99,15 +106,6 @@ static uint32_t cheapest(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i
     }
   }
   return best;
-}
-
-/* Costliest first at the cheapest sizes (arg: the n costs there), ties by
- * index. */
-static bool costlier(const void *arg, uint32_t x, uint32_t y) {
-  const double *cost = arg;
-  if (cost[x] != cost[y])
-    return cost[x] > cost[y];
-  return x < y;
 }
 
 /* The size after q when looking for a sequence's size from k: every size
@@ -145,7 +143,7 @@ static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t
                            const uint32_t *k0, const uint32_t *by, scratch_t *w) {
   double work = 0;
   for (uint32_t i = 0; i < it->n; i++)
-    work += cfg->size[k0[i]] * dcp_item_cost(cfg, it, i, k0[i]);
+    work += cfg->size[k0[i]] * w->c0[i];
   double slots_gpus = (double)m * cfg->pool;
   double level = work / slots_gpus;
   if (policy == DCP_SIZES_TALL && it->n > 0)
@@ -153,7 +151,7 @@ static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t
   for (uint32_t x = 0; x < it->n; x++) {
     uint32_t i = by[x];
     uint32_t k = k0[i];
-    double u0 = dcp_item_cost(cfg, it, i, k), w0 = cfg->size[k] * u0, c = u0;
+    double u0 = w->c0[i], w0 = cfg->size[k] * u0, c = u0;
     if (policy != DCP_SIZES_CHEAPEST && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
       double best = u0 + dcp_group_base(cfg, cfg->size[k]) - level, bw = w0;
       for (uint32_t q = k + 1; q < cfg->nsize; q = next_size(cfg, k, q)) {
@@ -362,6 +360,7 @@ static int pack(dcp_state_t *s, scratch_t *w) {
 static void scratch_free(scratch_t *w) {
   free(w->k);
   free(w->cost);
+  free(w->c0);
   free(w->order);
   free(w->tmp);
   free(w->heap);
@@ -371,6 +370,8 @@ static void scratch_free(scratch_t *w) {
   free(w->cnt);
   free(w->work);
   free(w->top);
+  free(w->h);
+  free(w->rank);
 }
 
 /* One plan at m slots into s (initialised here). Returns 0, 1 when m slots
@@ -397,34 +398,25 @@ static int plan_at(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_
   return dcp_split(s);
 }
 
-/* Group cost of a sequence alone at its chosen size (arg: the n heights),
- * costliest first, ties by index. */
-static bool taller(const void *arg, uint32_t x, uint32_t y) {
-  const double *h = arg;
-  if (h[x] != h[y])
-    return h[x] > h[y];
-  return x < y;
-}
-
 /* One shelf plan (shelf.c) of a size policy, its level from m slots, then
- * the idle filling and levelling. Returns 0 or a negative code. */
+ * the idle filling and levelling. beat: the step to beat, where a plan at
+ * or above it cannot win (INFINITY: none); the plan stops in its packing
+ * once it shows it cannot (dcp_shelf). Returns 0, 1 when it stopped so, or
+ * a negative code. */
 static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
                       uint32_t m, uint32_t policy, const uint32_t *k0, const uint32_t *by,
-                      scratch_t *w, dcp_state_t *s) {
+                      double beat, scratch_t *w, dcp_state_t *s) {
   uint32_t n = it->n;
   choose_sizes(cfg, it, m, policy, k0, by, w);
-  double *h = (double *)malloc((size_t)n * sizeof *h);
-  if (h == NULL)
-    return PK_ENOMEM;
-  for (uint32_t i = 0; i < n; i++) {
-    w->order[i] = i;
+  double *h = w->h;
+  for (uint32_t i = 0; i < n; i++)
     h[i] = w->cost[i] + dcp_group_base(cfg, cfg->size[w->k[i]]);
-  }
-  pk_merge_sort_u32(w->order, w->tmp, n, taller, h);
-  free(h);
+  dcp_order_desc(h, n, w->order, w->rank);
   int rc = dcp_state_init(s, cfg, it, limits, n);
   if (rc == 0)
-    rc = dcp_shelf(s, w->k, w->order);
+    rc = dcp_shelf(s, w->k, w->order, beat);
+  if (rc == 1)
+    return 1;
   if (rc == 0 && pk_limits_stopped(limits))
     rc = PK_ECANCELED;
   if (rc == 0)
@@ -572,6 +564,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   uint32_t *by = pk_malloc_array(n, sizeof *by);
   w.k = pk_malloc_array(n, sizeof *w.k);
   w.cost = pk_malloc_array(n, sizeof *w.cost);
+  w.c0 = pk_malloc_array(n, sizeof *w.c0);
   w.order = pk_malloc_array(n, sizeof *w.order);
   w.tmp = pk_malloc_array(n, sizeof *w.tmp);
   w.heap = pk_malloc_array(n, sizeof *w.heap);
@@ -581,43 +574,48 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   w.cnt = pk_malloc_array(ns, sizeof *w.cnt);
   w.work = pk_malloc_array(ns, sizeof *w.work);
   w.top = pk_malloc_array(ns, sizeof *w.top);
+  w.h = pk_malloc_array(n, sizeof *w.h);
+  w.rank = pk_malloc_array(2 * (size_t)n, sizeof *w.rank);
   dcp_state_t best = {0}, cur = {0};
   double best_step = INFINITY;
   int rc = 0;
-  if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.order == NULL ||
-      w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL || w.lo == NULL ||
-      w.cnt == NULL || w.work == NULL || w.top == NULL) {
+  if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.c0 == NULL ||
+      w.order == NULL || w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL ||
+      w.lo == NULL || w.cnt == NULL || w.work == NULL || w.h == NULL || w.rank == NULL ||
+      w.top == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: out of memory for %u sequences", n);
     goto done;
   }
   for (uint32_t i = 0; i < n; i++) {
     k0[i] = cheapest(cfg, it, i);
-    by[i] = i;
+    w.c0[i] = dcp_item_cost(cfg, it, i, k0[i]);
   }
-  for (uint32_t i = 0; i < n; i++)
-    w.cost[i] = dcp_item_cost(cfg, it, i, k0[i]);
-  pk_merge_sort_u32(by, w.tmp, n, costlier, w.cost);
+  dcp_order_desc(w.c0, n, by, w.rank);
   /* Shelf plans: every sequence at its cheapest size, then spread with the
    * level of the slot count the first plan used. */
-  uint32_t m_shelf = dcp_slots_lower_bound(cfg, it);
+  uint32_t m_lb = dcp_slots_lower_bound(cfg, it), m_shelf = m_lb;
   /* The third policy only where the costliest sequence's slot is a fair
    * share of the step (its least height against the pool work over the
    * pool): with hundreds of slots one tall slot hardly matters. */
   double pool_work = 0;
   for (uint32_t i = 0; i < n; i++)
-    pool_work += cfg->size[k0[i]] * w.cost[i];
+    pool_work += cfg->size[k0[i]] * w.c0[i];
   uint32_t shelves = DCP_SHELF_POLICIES;
   if (n == 0 || least_alone(cfg, it, k0, by[0]) < DCP_TALL_MIN_SHARE * pool_work / cfg->pool)
     shelves = DCP_SIZE_POLICIES;
   for (uint32_t policy = 0; policy < shelves; policy++) {
-    rc = plan_shelf(cfg, it, limits, m_shelf, policy, k0, by, &w, &cur);
-    if (rc != 0)
+    /* Only a plan with fewer idle GPUs could win at a higher step. */
+    double beat = best.g != NULL && idle_of(&best) == 0 ? best_step : INFINITY;
+    rc = plan_shelf(cfg, it, limits, m_shelf, policy, k0, by, beat, &w, &cur);
+    if (rc < 0)
       goto fail;
     if (policy == DCP_SIZES_CHEAPEST)
       m_shelf = cur.m;
-    rc = keep_better(&best, &cur, &best_step);
-    if (rc != 0)
+    if (rc == 0)
+      rc = keep_better(&best, &cur, &best_step);
+    if (rc < 0)
       goto fail;
+    rc = 0;
     dcp_state_free(&cur);
   }
   rc = plan_fixed(cfg, it, limits, &cur);
@@ -641,7 +639,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   /* Counts that do not pack are skipped in growing steps (1, 2, 4, ...):
    * near the bound a class packing often misses by a few slots, and each
    * miss costs a packing. */
-  uint32_t m = dcp_slots_lower_bound(cfg, it), extra = 0, step = 1;
+  uint32_t m = m_lb, extra = 0, step = 1;
   for (; n <= DCP_CLASS_MAX_N && m <= n && extra <= DCP_EXTRA_COUNTS; m += step) {
     if (dcp_step_lower_bound(cfg, it, m) >= best_step * (1 - 1e-9))
       break;

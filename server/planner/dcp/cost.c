@@ -302,6 +302,14 @@ static double group_share(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t 
 static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t *tokens,
                   double *work) {
   uint32_t k0 = it->kmin[i];
+  if (cfg->sizes == PK_DCP_SIZES_POW2 && (cfg->pool & (cfg->pool - 1)) == 0) {
+    /* Every size a power of two: each size's alignment divides the next
+     * one's, so the aligned length, and with it every term of the pool
+     * work, only grows with the size. The least is at the smallest. */
+    *tokens = dcp_item_aligned(cfg, it, i, k0);
+    *work = cfg->size[k0] * dcp_seq_cost(cfg, cfg->size[k0], *tokens);
+    return;
+  }
   if (cfg->sizes == PK_DCP_SIZES_ANY) {
     uint32_t c = cfg->size[k0];
     uint64_t l = it->len[i];

@@ -46,6 +46,14 @@
 /* The same for a sequence's cheapest size (auto.c, cheapest). Unit: sizes. */
 #define DCP_ANY_CHEAPEST 4u
 
+/* A shelf packing whose slots' floor (shelf.c, slot_floor) passes the
+ * best step so far by more than this fraction stops: the floor and the
+ * step are sums of many terms, rounded apart. Each slot's longest sequence
+ * is looked at over every size, so only with at most DCP_SHELF_BOUND_SIZES
+ * sizes. Unit: fraction of the step; sizes. */
+#define DCP_SHELF_BOUND_TOL 1e-9
+#define DCP_SHELF_BOUND_SIZES 64u
+
 /* ---- Bounds (cost.c) ----------------------------------------------------- */
 
 /* Longest sequences whose sizes the threshold bound looks at: the bound is
@@ -90,6 +98,21 @@
 /* A change must lower the step by more than this fraction of it (plus the
  * same absolute amount): float rounding must not count as a gain. */
 #define DCP_LEVEL_EPS 1e-9
+/* A group's pairs are passed over without reading them only where a
+ * sequence's rise is above the group's room by more than this fraction of
+ * the costs involved: the group's running load drifts from the sum of its
+ * members by rounding (about 1e-16 per change), so the shortcut never
+ * skips a pair that the full check would try. Unit: fraction of a cost. */
+#define DCP_LEVEL_SKIP_TOL 1e-6
+/* A swap scan asks per block of DCP_LEVEL_BLOCK groups whether any of
+ * them can take the sequence at all, size by size, and counts a block
+ * that cannot without reading its groups: on a batch of tens of thousands
+ * of one-sequence groups nearly every block. Blocks are kept only with at
+ * most DCP_LEVEL_SURVEY_SIZES sizes (the question costs a pass over them;
+ * with any-size groups over a large pool reading the groups is cheaper).
+ * Unit: groups; sizes. */
+#define DCP_LEVEL_BLOCK 64u
+#define DCP_LEVEL_SURVEY_SIZES 64u
 
 /* ---- Megatron-Core's scheduler (megatron.c) ------------------------------ */
 
