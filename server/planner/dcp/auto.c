@@ -468,15 +468,16 @@ static int plan_fixed(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
   return rc;
 }
 
-/* Megatron-Core's scheduler, reproduced under the cap (megatron.c), as a
- * candidate: on the batches where its greedy happens to do well, AUTO is
- * then at least as good. Returns 0 or a negative code. */
+/* One of Megatron-Core's schedulers, reproduced under the cap (algo:
+ * megatron.c's or packaware.c's), as a candidate: on the batches where its
+ * greedy happens to do well, AUTO is then at least as good. Returns 0 or a
+ * negative code. */
 static int plan_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
-                         dcp_state_t *s) {
+                         dcp_algo_fn algo, dcp_state_t *s) {
   dcp_assign_t a;
   int rc = dcp_assign_init(&a, it->n, 64);
   if (rc == 0)
-    rc = dcp_megatron(cfg, it, limits, &a, NULL, 0);
+    rc = algo(cfg, it, limits, &a, NULL, 0);
   if (rc == 0)
     rc = dcp_state_init(s, cfg, it, limits, a.slots);
   for (uint32_t q = 0; q < a.ngroups && rc == 0; q++) {
@@ -572,7 +573,14 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     keep_better(&best, &cur, &best_step);
   dcp_state_free(&cur);
   if (n <= DCP_CLASS_MAX_N) {
-    rc = plan_megatron(cfg, it, limits, &cur);
+    rc = plan_megatron(cfg, it, limits, dcp_megatron, &cur);
+    if (rc < 0)
+      goto fail;
+    keep_better(&best, &cur, &best_step);
+    dcp_state_free(&cur);
+  }
+  if (n <= DCP_PA_MAX_N) {
+    rc = plan_megatron(cfg, it, limits, dcp_megatron_packing, &cur);
     if (rc < 0)
       goto fail;
     keep_better(&best, &cur, &best_step);

@@ -6,7 +6,8 @@
  * sequences to groups and of groups to slots -> the plan and its bounds
  * (plan.c, cost.c). AUTO (auto.c) keeps the cheapest of its candidates:
  * packd's fixed-CP AUTO at one size, shelf plans (shelf.c), class plans
- * (auto.c, slots.c) and Megatron-Core's scheduler (megatron.c), each with
+ * (auto.c, slots.c) and Megatron-Core's schedulers (megatron.c, the
+ * balanced one; packaware.c, the packing-aware one), each with
  * idle GPUs given work (slots.c) and groups split into halves (split.c);
  * the winner is levelled (level.c). Tunables: knobs.h. */
 #ifndef PK_DCP_INTERNAL_H
@@ -141,6 +142,11 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
              dcp_assign_t *out, char *err, size_t errlen);
 int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
                  dcp_assign_t *out, char *err, size_t errlen);
+int dcp_megatron_packing(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                         dcp_assign_t *out, char *err, size_t errlen);
+/* The signature the reproductions share (AUTO takes each as a candidate). */
+typedef int (*dcp_algo_fn)(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                           dcp_assign_t *out, char *err, size_t errlen);
 
 /* The size index of group size c, or UINT32_MAX when c is not allowed. */
 uint32_t dcp_size_index(const dcp_cfg_t *cfg, uint32_t c);
