@@ -99,8 +99,10 @@ int dcp_split(dcp_state_t *s) {
     }
     dcp_grp_t *g = &s->g[q];
     uint32_t c = cfg->size[g->k];
-    /* A whole pool that is not a power of two has no allowed halves. */
-    uint32_t kh = c >= 2 ? dcp_size_index(cfg, c / 2) : UINT32_MAX;
+    /* A whole pool that is not a power of two has no allowed halves (an
+     * odd one's c / 2 rounds down to an allowed size whose two halves
+     * would leave a GPU idle). */
+    uint32_t kh = c >= 2 && c % 2 == 0 ? dcp_size_index(cfg, c / 2) : UINT32_MAX;
     if (kh == UINT32_MAX || g->count < 2)
       continue;
     uint32_t cnt = 0;
