@@ -579,13 +579,6 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     keep_better(&best, &cur, &best_step);
     dcp_state_free(&cur);
   }
-  if (n <= DCP_PA_MAX_N) {
-    rc = plan_megatron(cfg, it, limits, dcp_megatron_packing, &cur);
-    if (rc < 0)
-      goto fail;
-    keep_better(&best, &cur, &best_step);
-    dcp_state_free(&cur);
-  }
   /* Class plans at counts from the bound up, on batches small enough for
    * their quadratic packing. */
   /* Counts that do not pack are skipped in growing steps (1, 2, 4, ...):
@@ -618,6 +611,21 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   rc = dcp_level(&best);
   if (rc != 0)
     goto fail;
+  /* Megatron-Core's packing-aware scheduler (packaware.c) against the
+   * levelled winner (set beside the others before levelling, it could win
+   * there and lose after), and levelled in turn where it wins (keep_better
+   * then empties cur): AUTO is at least as good as both. */
+  if (n <= DCP_PA_MAX_N) {
+    best_step = dcp_state_step(&best);
+    rc = plan_megatron(cfg, it, limits, dcp_megatron_packing, &cur);
+    if (rc == 0)
+      keep_better(&best, &cur, &best_step);
+    if (rc == 0 && cur.g == NULL)
+      rc = dcp_level(&best);
+    if (rc < 0)
+      goto fail;
+    dcp_state_free(&cur);
+  }
   rc = dcp_state_export(&best, out);
   if (rc != 0)
     pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", n);

@@ -40,8 +40,14 @@
 #include "dcp.h"
 #include "knobs.h"
 
+/* The most sizes on one sequence's chain (c0, 2 c0, ... up to a pool of
+ * at most DCP_MAX_POOL GPUs). */
+#define PA_CHAIN 18
+
 typedef struct pa_grp {
-  uint32_t c;     /* GPUs. */
+  uint32_t c;  /* GPUs. */
+  uint32_t tz; /* c = odd x 2^tz: on a chain of c0 = odd x 2^t exactly when tz >= t. */
+  uint32_t odd;
   uint32_t first; /* First GPU while the slot is built (the groups fill a prefix). */
   uint32_t count;
   uint32_t top;  /* Last member added (a stack through below). */
@@ -59,7 +65,10 @@ typedef struct pa {
   uint32_t ng;
   uint32_t used;   /* GPUs of the slot in groups. */
   double peak;     /* The most loaded GPU's estimate. */
+  double room;     /* The most tokens a group of the slot could still take. */
   uint32_t *below; /* n: the member added before it to the same group. */
+  uint32_t *c0;    /* n: the original's size for each sequence (needed), at most pool + 1. */
+  uint32_t *fit;   /* n: bit j set when the sequence fits c0 x 2^j alone (packd's rules). */
   uint32_t *order; /* pool: the groups by size, largest first. */
   uint32_t tick;
 } pa_t;
@@ -78,6 +87,22 @@ static double workload(uint32_t len, uint32_t c) {
   return (double)((uint64_t)len * len) / c;
 }
 
+/* The power of two in c (c >= 1). */
+static uint32_t twos(uint32_t c) {
+  uint32_t t = 0;
+  while (c % 2 == 0) {
+    c /= 2;
+    t++;
+  }
+  return t;
+}
+
+static void set_size(pa_grp_t *g, uint32_t c) {
+  g->c = c;
+  g->tz = twos(c);
+  g->odd = c >> g->tz;
+}
+
 /* Under packd's rules: whether sequence i fits a group of c GPUs alone (c
  * allowed, the aligned length within c x cap). */
 static bool fits_alone(const pa_t *p, uint32_t i, uint32_t c) {
@@ -85,19 +110,18 @@ static bool fits_alone(const pa_t *p, uint32_t i, uint32_t c) {
   return k != UINT32_MAX && dcp_item_fits(p->cfg, p->it, i, k, 0, 0);
 }
 
-/* Whether group q (of size c) takes sequence i: the original's cap on
- * length / c, or packd's. */
-static bool takes(const pa_t *p, const pa_grp_t *q, uint32_t i) {
-  uint32_t len = p->it->len[i];
+/* Whether group q takes a sequence of `per_gpu` = length / c (the
+ * original's cap) or `aligned` tokens (packd's). */
+static bool takes(const pa_t *p, const pa_grp_t *q, double per_gpu, uint64_t aligned) {
   if (!p->packd_rules)
-    return !(q->packed + (double)len / q->c > (double)p->cfg->cap);
-  return q->count < p->cfg->max_seqs &&
-         q->sum + dcp_aligned(p->cfg, q->c, len) <= (uint64_t)q->c * p->cfg->cap;
+    return !(q->packed + per_gpu > (double)p->cfg->cap);
+  return q->count < p->cfg->max_seqs && q->sum + aligned <= (uint64_t)q->c * p->cfg->cap;
 }
 
 static uint32_t new_group(pa_t *p, uint32_t c) {
   pa_grp_t *q = &p->g[p->ng];
-  *q = (pa_grp_t){.c = c, .first = p->used, .top = UINT32_MAX};
+  *q = (pa_grp_t){.first = p->used, .top = UINT32_MAX};
+  set_size(q, c);
   p->used += c;
   return p->ng++;
 }
@@ -112,43 +136,80 @@ static void add(pa_t *p, uint32_t q, uint32_t i) {
   p->below[i] = g->top;
   g->top = i;
   p->peak = fmax(p->peak, g->load);
+  /* Only the group that took i has less room: the slot's most is
+   * recomputed over its groups (at most the pool's). */
+  p->room = 0;
+  for (uint32_t o = 0; o < p->ng; o++) {
+    const pa_grp_t *h = &p->g[o];
+    double r = p->packd_rules ? (double)((uint64_t)h->c * p->cfg->cap - h->sum)
+                              : ((double)p->cfg->cap - h->packed) * h->c;
+    p->room = fmax(p->room, r);
+  }
+}
+
+/* A place for a sequence: the peak it makes, then the original's scan
+ * order (sizes ascending; at one size the groups oldest first, then a new
+ * group), whose first place wins a tie. */
+typedef struct pa_place {
+  double peak;
+  uint32_t j; /* Size: c0 x 2^j. */
+  uint32_t q; /* Group, or UINT32_MAX for a new one (after the groups). */
+} pa_place_t;
+
+static bool earlier(const pa_place_t *a, const pa_place_t *b) {
+  if (a->peak != b->peak)
+    return a->peak < b->peak;
+  if (a->j != b->j)
+    return a->j < b->j;
+  return a->q < b->q;
 }
 
 /* Places sequence i where the slot's peak grows least (see the top);
- * returns false when no place keeps it within wcap. */
+ * returns false when no place keeps it within wcap. One pass over the
+ * groups: a group of size c is a place when c is on i's chain of sizes
+ * (c0, 2 c0, ... up to the pool). */
 static bool place(pa_t *p, uint32_t i, double wcap) {
-  uint32_t len = p->it->len[i], pool = p->cfg->pool;
-  uint32_t best_q = UINT32_MAX, best_c = 0;
-  double best = INFINITY;
-  for (uint64_t c64 = needed(p, len); c64 <= pool; c64 *= 2) {
-    uint32_t c = (uint32_t)c64;
-    if (p->packd_rules && !fits_alone(p, i, c))
-      continue;
-    double w = workload(len, c);
-    for (uint32_t q = 0; q < p->ng; q++) {
-      if (p->g[q].c != c || !takes(p, &p->g[q], i))
-        continue;
-      /* A group's GPUs carry the same load: the peak with i there is the
-       * larger of the slot's and theirs plus i. */
-      double proj = fmax(p->peak, p->g[q].load + w);
-      if (proj <= wcap && proj < best) {
-        best = proj;
-        best_q = q;
-        best_c = c;
-      }
-    }
-    if (pool - p->used >= c) {
-      double proj = fmax(p->peak, w);
-      if (proj <= wcap && proj < best) {
-        best = proj;
-        best_q = UINT32_MAX;
-        best_c = c;
-      }
-    }
-  }
-  if (best_c == 0)
+  uint32_t len = p->it->len[i], pool = p->cfg->pool, c0 = p->c0[i];
+  /* No place when i needs more than the pool, or when every GPU is in a
+   * group and none has room for it (with a margin for the original's
+   * rounding). */
+  if (c0 > pool || (p->used == pool && (double)len > p->room * (1 + 1e-9) + 1))
     return false;
-  add(p, best_q != UINT32_MAX ? best_q : new_group(p, best_c), i);
+  /* Per size of the chain: i's estimate, length / c and aligned length. */
+  double w[PA_CHAIN], per_gpu[PA_CHAIN];
+  uint64_t al[PA_CHAIN];
+  uint32_t nj = 0, fit = p->packd_rules ? p->fit[i] : UINT32_MAX;
+  for (uint32_t c = c0; c <= pool; c *= 2, nj++) {
+    w[nj] = workload(len, c);
+    /* Only the rule in force is looked at. */
+    if (p->packd_rules)
+      al[nj] = dcp_aligned(p->cfg, c, len);
+    else
+      per_gpu[nj] = (double)len / c;
+  }
+  uint32_t t0 = twos(c0), odd0 = c0 >> t0;
+  pa_place_t best = {.peak = INFINITY, .j = UINT32_MAX, .q = UINT32_MAX};
+  for (uint32_t q = 0; q < p->ng; q++) {
+    const pa_grp_t *g = &p->g[q];
+    if (g->odd != odd0 || g->tz < t0)
+      continue;
+    uint32_t j = g->tz - t0;
+    if (j >= nj || !(fit >> j & 1) || !takes(p, g, per_gpu[j], al[j]))
+      continue;
+    /* A group's GPUs carry the same load: the peak with i there is the
+     * larger of the slot's and theirs plus i. */
+    pa_place_t at = {.peak = fmax(p->peak, g->load + w[j]), .j = j, .q = q};
+    if (at.peak <= wcap && earlier(&at, &best))
+      best = at;
+  }
+  for (uint32_t j = 0; j < nj; j++) {
+    pa_place_t at = {.peak = fmax(p->peak, w[j]), .j = j, .q = UINT32_MAX};
+    if ((fit >> j & 1) && pool - p->used >= (c0 << j) && at.peak <= wcap && earlier(&at, &best))
+      best = at;
+  }
+  if (best.j == UINT32_MAX)
+    return false;
+  add(p, best.q != UINT32_MAX ? best.q : new_group(p, c0 << best.j), i);
   return true;
 }
 
@@ -188,7 +249,7 @@ static int grow_one(pa_t *p) {
     for (uint32_t o = 0; o < p->ng; o++)
       if (p->g[o].first > end)
         p->g[o].first += add;
-    g->c = next;
+    set_size(g, next);
     g->sum = sum;
     p->used += add;
     return 1;
@@ -202,20 +263,20 @@ static int grow_one(pa_t *p) {
 static bool whole_pool(pa_t *p, const uint32_t *rem, uint32_t nrem, uint32_t *left,
                        uint32_t *nleft) {
   uint32_t pool = p->cfg->pool;
-  pa_grp_t one = {.c = pool, .top = UINT32_MAX};
+  pa_grp_t one = {.top = UINT32_MAX};
+  set_size(&one, pool);
   uint32_t nl = 0, x = 0;
   /* The selection is greedy: it takes none exactly when no sequence fits
-   * alone, which is looked at first so that left stays as it is then. */
-  while (x < nrem && !(p->packd_rules ? fits_alone(p, rem[x], pool) && takes(p, &one, rem[x])
-                                      : (double)p->it->len[rem[x]] / pool <= (double)p->cfg->cap))
+   * alone, which is looked at first so that left stays as it is then. (A
+   * sequence within the cap at the pool fits the pool: it is allowed.) */
+  while (x < nrem && !takes(p, &one, (double)p->it->len[rem[x]] / pool,
+                            dcp_aligned(p->cfg, pool, p->it->len[rem[x]])))
     x++;
   if (x == nrem)
     return false;
   for (x = 0; x < nrem; x++) {
     uint32_t i = rem[x], len = p->it->len[i];
-    bool fit = p->packd_rules ? fits_alone(p, i, pool) && takes(p, &one, i)
-                              : one.packed + (double)len / pool <= (double)p->cfg->cap;
-    if (!fit) {
+    if (!takes(p, &one, (double)len / pool, dcp_aligned(p->cfg, pool, len))) {
       left[nl++] = i;
       continue;
     }
@@ -243,7 +304,7 @@ static int build_slot(pa_t *p, const uint32_t *rem, uint32_t nrem, uint32_t *lef
   p->used = 0;
   p->peak = 0;
   *nleft = 0;
-  uint64_t c0 = needed(p, len0);
+  uint64_t c0 = p->c0[first];
   if (p->packd_rules) {
     while (c0 <= pool && !fits_alone(p, first, (uint32_t)c0))
       c0 *= 2;
@@ -254,7 +315,16 @@ static int build_slot(pa_t *p, const uint32_t *rem, uint32_t nrem, uint32_t *lef
   }
   add(p, new_group(p, (uint32_t)c0), first);
   double wcap = (double)len0 * (double)cfg->cap * (1.0 + DCP_PA_WORK_OVER);
+  uint32_t shortest = p->it->len[rem[nrem - 1]];
   for (uint32_t x = 1; x < nrem; x++) {
+    /* Once every GPU is in a group and no group has room for the shortest
+     * sequence left (with a margin for the original's rounding), the rest
+     * wait for the next slot, as they would one by one. */
+    if (p->used == pool && (double)shortest > p->room * (1 + 1e-9) + 1) {
+      memcpy(left + *nleft, rem + x, (size_t)(nrem - x) * sizeof *rem);
+      *nleft += nrem - x;
+      break;
+    }
     /* Each sequence scans the slot's groups at every size: polled as the
      * planner's other long loops. */
     if (++p->tick % DCP_POLL_PACKAWARE == 0 && pk_limits_stopped(p->limits))
@@ -327,15 +397,23 @@ int dcp_megatron_packing(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_l
   p.g = pk_malloc_array(pool, sizeof *p.g);
   p.order = pk_malloc_array(pool, sizeof *p.order);
   p.below = pk_malloc_array(n, sizeof *p.below);
+  p.c0 = pk_malloc_array(n, sizeof *p.c0);
+  p.fit = pk_malloc_array(n, sizeof *p.fit);
   uint32_t *rem = pk_malloc_array(n, sizeof *rem);
   uint32_t *left = pk_malloc_array(n, sizeof *left);
   int rc = 0;
-  if (p.g == NULL || p.order == NULL || p.below == NULL || rem == NULL || left == NULL) {
+  if (p.g == NULL || p.order == NULL || p.below == NULL || p.c0 == NULL || p.fit == NULL ||
+      rem == NULL || left == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: out of memory for %u sequences", n);
     goto done;
   }
-  for (uint32_t i = 0; i < n; i++)
+  for (uint32_t i = 0; i < n; i++) {
     rem[i] = i;
+    p.c0[i] = (uint32_t)PK_MIN(needed(&p, it->len[i]), (uint64_t)pool + 1);
+    p.fit[i] = 0;
+    for (uint32_t c = p.c0[i], j = 0; c <= pool; c *= 2, j++)
+      p.fit[i] |= (uint32_t)fits_alone(&p, i, c) << j;
+  }
   pk_merge_sort_u32(rem, left, n, longer, (void *)it->len);
   uint32_t nrem = n, slot = 0;
   while (nrem > 0) {
@@ -373,6 +451,8 @@ done:
   free(p.g);
   free(p.order);
   free(p.below);
+  free(p.c0);
+  free(p.fit);
   free(rem);
   free(left);
   return rc;
