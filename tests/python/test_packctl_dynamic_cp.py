@@ -36,6 +36,9 @@ def test_flags_reach_the_request(tmp_path, lengths_file):
     req = pb2().PlanRequest.FromString(out.read_bytes())
     d = req.parallel.dynamic_cp
     assert (d.sizes, d.min_size, d.algo) == (1, 2, 1)
+    ok(run_packctl("plan", "--dry-run", "--save-request", out, "--dp", "4", "--dcp-algo",
+                   "megatron_packing", lengths_file))
+    assert pb2().PlanRequest.FromString(out.read_bytes()).parallel.dynamic_cp.algo == 2
     assert (req.cost.cp_token, req.cost.cp_group) == (0.25, 100)
     ok(run_packctl("plan", "--dry-run", "--save-request", out, "--dp", "4", "--dynamic-cp",
                    lengths_file))
