@@ -250,7 +250,7 @@ static int grow_one(pa_t *p) {
       if (p->g[o].first > end)
         p->g[o].first += add;
     set_size(g, next);
-    g->sum = sum;
+    g->sum = sum; /* Under the original's rules lay_out counts it afresh. */
     p->used += add;
     return 1;
   }
