@@ -6,10 +6,11 @@
  * sequences to groups and of groups to slots -> the plan and its bounds
  * (plan.c, cost.c). AUTO (auto.c) keeps the cheapest of its candidates:
  * packd's fixed-CP AUTO at one size, shelf plans (shelf.c), class plans
- * (auto.c, slots.c) and Megatron-Core's schedulers (megatron.c, the
- * balanced one; packaware.c, the packing-aware one), each with
- * idle GPUs given work (slots.c) and groups split into halves (split.c);
- * the winner is levelled (level.c). Tunables: knobs.h. */
+ * (auto.c, slots.c) and Megatron-Core's balanced scheduler (megatron.c),
+ * each with idle GPUs given work (slots.c) and groups split into halves
+ * (split.c); the winner is levelled (level.c) and set beside Megatron-Core's
+ * packing-aware scheduler (packaware.c), levelled where it wins. Tunables:
+ * knobs.h. */
 #ifndef PK_DCP_INTERNAL_H
 #define PK_DCP_INTERNAL_H
 
