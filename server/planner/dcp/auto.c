@@ -492,15 +492,16 @@ static int plan_fixed(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
   return rc;
 }
 
-/* Megatron-Core's scheduler, reproduced under the cap (megatron.c), as a
- * candidate: on the batches where its greedy happens to do well, AUTO is
- * then at least as good. Returns 0 or a negative code. */
+/* One of Megatron-Core's schedulers, reproduced under the cap (algo:
+ * megatron.c's or packaware.c's), as a candidate: on the batches where its
+ * greedy happens to do well, AUTO is then at least as good. Returns 0 or a
+ * negative code. */
 static int plan_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
-                         dcp_state_t *s) {
+                         dcp_algo_fn algo, dcp_state_t *s) {
   dcp_assign_t a;
   int rc = dcp_assign_init(&a, it->n, 64);
   if (rc == 0)
-    rc = dcp_megatron(cfg, it, limits, &a, NULL, 0);
+    rc = algo(cfg, it, limits, &a, NULL, 0);
   if (rc == 0)
     rc = dcp_state_init(s, cfg, it, limits, a.slots);
   for (uint32_t q = 0; q < a.ngroups && rc == 0; q++) {
@@ -627,7 +628,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     goto fail;
   dcp_state_free(&cur);
   if (n <= DCP_CLASS_MAX_N) {
-    rc = plan_megatron(cfg, it, limits, &cur);
+    rc = plan_megatron(cfg, it, limits, dcp_megatron, &cur);
     if (rc == 0)
       rc = keep_better(&best, &cur, &best_step);
     if (rc < 0)
@@ -670,6 +671,23 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     rc = dcp_level(&best);
   if (rc != 0)
     goto fail;
+  /* Megatron-Core's packing-aware scheduler (packaware.c) against the
+   * levelled winner (set beside the others before levelling, it could win
+   * there and lose after), and levelled in turn where it wins (keep_better
+   * levels it first on batches it levels every candidate of, else it is
+   * levelled once kept; keep_better empties cur when it keeps it): AUTO is
+   * at least as good as both. */
+  if (n <= DCP_PA_MAX_N) {
+    best_step = dcp_state_step(&best);
+    rc = plan_megatron(cfg, it, limits, dcp_megatron_packing, &cur);
+    if (rc == 0)
+      rc = keep_better(&best, &cur, &best_step);
+    if (rc == 0 && cur.g == NULL && n > DCP_LEVEL_ALL_MAX_N)
+      rc = dcp_level(&best);
+    if (rc < 0)
+      goto fail;
+    dcp_state_free(&cur);
+  }
   rc = dcp_state_export(&best, out);
   if (rc != 0)
     pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", n);

@@ -6,9 +6,11 @@
  * sequences to groups and of groups to slots -> the plan and its bounds
  * (plan.c, cost.c). AUTO (auto.c) keeps the cheapest of its candidates:
  * packd's fixed-CP AUTO at one size, shelf plans (shelf.c), class plans
- * (auto.c, slots.c) and Megatron-Core's scheduler (megatron.c), each with
- * idle GPUs given work (slots.c) and groups split into halves (split.c);
- * the winner is levelled (level.c). Sorts: order.c. Tunables: knobs.h. */
+ * (auto.c, slots.c) and Megatron-Core's balanced scheduler (megatron.c),
+ * each with idle GPUs given work (slots.c) and groups split into halves
+ * (split.c); the winner is levelled (level.c) and set beside Megatron-Core's
+ * packing-aware scheduler (packaware.c), levelled where it wins. Sorts:
+ * order.c. Tunables: knobs.h. */
 #ifndef PK_DCP_INTERNAL_H
 #define PK_DCP_INTERNAL_H
 
@@ -146,6 +148,11 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
              dcp_assign_t *out, char *err, size_t errlen);
 int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
                  dcp_assign_t *out, char *err, size_t errlen);
+int dcp_megatron_packing(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                         dcp_assign_t *out, char *err, size_t errlen);
+/* The signature the reproductions share (AUTO takes each as a candidate). */
+typedef int (*dcp_algo_fn)(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                           dcp_assign_t *out, char *err, size_t errlen);
 
 /* out[0 .. n): 0 .. n - 1 by key descending, ties by index (order.c;
  * scratch: 2 n entries). Keys finite. */

@@ -122,4 +122,19 @@
 #define DCP_MEG_SLACK 0.05
 #define DCP_MEG_BUCKET_OVER 1.1
 
+/* ---- Megatron-Core's packing-aware scheduler (packaware.c) -------------- */
+
+/* Sequences placed between two polls of the caller's stop: each scans the
+ * slot's groups at every size it may take (up to the pool's groups times
+ * log2 of the pool). Unit: sequences. */
+#define DCP_POLL_PACKAWARE 256u
+/* A slot's work ceiling over its longest length x the cap
+ * (`_DYNAMIC_CP_WORKLOAD_CAP_DELTA`): the original's value, which the
+ * reproduction must keep. Unit: fraction. */
+#define DCP_PA_WORK_OVER 0.05
+/* Largest batch for the packing-aware candidate of AUTO: every slot scans
+ * every sequence left against its groups (O(n x slots x groups)). Unit:
+ * sequences. */
+#define DCP_PA_MAX_N 1024u
+
 #endif

@@ -183,6 +183,9 @@ done:
   return rc;
 }
 
+/* The algorithms by pk_dcp_algo_t (validation keeps cfg.algo in range). */
+static const dcp_algo_fn algos[PK_DCP_ALGO_COUNT] = {dcp_auto, dcp_megatron, dcp_megatron_packing};
+
 int pk_dcp_plan(const pk_dcp_request_t *req, const pk_limits_t *limits, pk_dcp_plan_t **out,
                 char *err, size_t errlen) {
   uint64_t t0 = now_us();
@@ -208,8 +211,7 @@ int pk_dcp_plan(const pk_dcp_request_t *req, const pk_limits_t *limits, pk_dcp_p
     pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", it.n);
     goto done;
   }
-  rc = cfg.algo == PK_DCP_MEGATRON ? dcp_megatron(&cfg, &it, limits, &a, err, errlen)
-                                   : dcp_auto(&cfg, &it, limits, &a, err, errlen);
+  rc = algos[cfg.algo](&cfg, &it, limits, &a, err, errlen);
   if (rc != 0)
     goto done;
   rc = dcp_build(req, &cfg, &it, &a, out, err, errlen);
@@ -265,7 +267,7 @@ double pk_dcp_step_lower_bound(const pk_dcp_request_t *req, uint32_t *slots_lowe
 }
 
 static const char *const sizes_names[PK_DCP_SIZES_COUNT] = {"pow2", "any"};
-static const char *const algo_names[PK_DCP_ALGO_COUNT] = {"auto", "megatron"};
+static const char *const algo_names[PK_DCP_ALGO_COUNT] = {"auto", "megatron", "megatron_packing"};
 
 const char *pk_dcp_sizes_name(uint32_t v) {
   return v < PK_DCP_SIZES_COUNT ? sizes_names[v] : NULL;

@@ -88,9 +88,11 @@ int dcp_split(dcp_state_t *s) {
     }
     dcp_grp_t *g = &s->g[q];
     uint32_t c = cfg->size[g->k];
-    /* A whole pool that is not a power of two has no allowed halves. */
+    /* A whole pool that is not a power of two has no allowed halves (an
+     * odd one's c / 2 rounds down to an allowed size whose two halves
+     * would leave a GPU idle). */
     uint32_t kh = UINT32_MAX;
-    if (c >= 2) /* Sizes ascend: the half is usually the size below. */
+    if (c >= 2 && c % 2 == 0) /* Sizes ascend: the half is usually the size below. */
       kh = g->k > 0 && cfg->size[g->k - 1] == c / 2 ? g->k - 1 : dcp_size_index(cfg, c / 2);
     if (kh == UINT32_MAX || g->count < 2)
       continue;

@@ -6,10 +6,13 @@
 #      registry, the schedulers as Megatron builds them, and packd against
 #      Megatron's own DpBalancedScheduler and, on dev,
 #      DefaultDynamicCPScheduler on random batches);
-#   2. test_dcp_pipeline.py: Megatron-LM's wrap_data_iterator under dynamic
+#   2. test_dcp_packing.py: packd's megatron_packing algorithm against
+#      Megatron-LM dev's DefaultDynamicCPScheduler on random batches (the
+#      same groups where Megatron's keep the cap; dev trees only);
+#   3. test_dcp_pipeline.py: Megatron-LM's wrap_data_iterator under dynamic
 #      CP (default_dynamic_cp) on 8 and 4 gloo ranks, Megatron's scheduler
 #      and packd's on the same batches (Megatron-LM trees that have it);
-#   3. with MEGATRON_LM_SRC set, Megatron-LM's own tests of data_schedule
+#   4. with MEGATRON_LM_SRC set, Megatron-LM's own tests of data_schedule
 #      (tests/unit_tests/test_sequence_packing.py), run from that tree once
 #      as they are and then RUNS times (default 1) with packd's schedulers
 #      in place of Megatron's (packd_megatron_plugin). Its tests that need
