@@ -228,6 +228,35 @@ def test_cp_costs_reach_the_planner(client):
     assert len(a) <= len(b) and [[4], [5], [6], [7]] not in a
 
 
+def test_bound_options_reach_the_planner(client):
+    """megatron.bind (what patch(cp_token=..., ...) registers): Megatron's
+    own constructor arguments alone give the CP-priced schedule, a caller's
+    keyword still wins, and the class stays a BalancedCPScheduler."""
+    pairs = list(enumerate([3000, 2900, 2800, 2700, 200, 150, 100, 50]))
+    Bound = megatron.bind(BalancedCPScheduler, client=client, cp_token=1.0, cp_group=1e6)
+    assert issubclass(Bound, BalancedCPScheduler) and Bound.__name__ == "BalancedCPScheduler"
+    assert Bound.options == {"client": client, "cp_token": 1.0, "cp_group": 1e6}
+    sched = Bound(1024, 2, 2, None)
+    assert (sched.cp_token, sched.cp_group, sched.is_dynamic_cp) == (1.0, 1e6, True)
+    priced = BalancedCPScheduler(1024, 2, 2, None, client=client, cp_token=1.0, cp_group=1e6)
+    assert sched.get_groups_and_subsamples(pairs) == priced.get_groups_and_subsamples(pairs)
+    free = BalancedCPScheduler(1024, 2, 2, None, client=client)
+    assert Bound(1024, 2, 2, None, cp_token=0.0, cp_group=0.0).get_groups_and_subsamples(
+        pairs
+    ) == free.get_groups_and_subsamples(pairs)
+    assert megatron.bind(BalancedCPScheduler) is BalancedCPScheduler
+    # The fixed-CP scheduler takes a client and a cost, not the CP terms.
+    Fixed = megatron.bind(megatron.DpBalancedScheduler, cost=packd.Cost(per_micro_batch=2.0))
+    assert Fixed(4096, 1, 2, None).cost.per_micro_batch == 2.0
+    with pytest.raises(ValueError, match="cp_token: DpBalancedScheduler does not take it"):
+        megatron.bind(megatron.DpBalancedScheduler, cp_token=0.25)
+    with pytest.raises(ValueError, match="min_cp_size: not an option of packd's Megatron schedulers"):
+        megatron.bind(BalancedCPScheduler, min_cp_size=2)
+    for bad in (-1.0, float("nan"), float("inf"), "0.25"):
+        with pytest.raises(InvalidArgument, match="cp_group"):
+            megatron.bind(BalancedCPScheduler, cp_group=bad)
+
+
 def test_equal_steps_keep_fewer_micro_batches(client):
     """Two samples that fill the pool's cap together: one micro-batch (one
     group of both) costs the same under linear and quadratic terms as two

@@ -58,7 +58,16 @@ import numpy as np
 from ._adapt import default_client
 from .errors import FailedPrecondition, InvalidArgument
 
-__all__ = ["DpBalancedScheduler", "BalancedCPScheduler", "SchedulingError", "SCHEDULERS", "MegatronPatch", "patch"]
+__all__ = [
+    "DpBalancedScheduler",
+    "BalancedCPScheduler",
+    "SchedulingError",
+    "SCHEDULERS",
+    "OPTIONS",
+    "bind",
+    "MegatronPatch",
+    "patch",
+]
 
 _log = logging.getLogger("packd")
 
@@ -569,6 +578,46 @@ SCHEDULERS = {
     "packd_balanced_cp": ("default_dynamic_cp", BalancedCPScheduler),
 }
 
+# The keywords ``patch()`` passes on to the schedulers it registers, and the
+# class that takes each (and so its subclasses): every packd scheduler plans
+# through a client with a cost; the CP terms matter to the dynamic-CP one.
+OPTIONS = {
+    "client": DpBalancedScheduler,
+    "cost": DpBalancedScheduler,
+    "cp_token": BalancedCPScheduler,
+    "cp_group": BalancedCPScheduler,
+}
+
+
+def bind(cls, **options):
+    """A subclass of the packd scheduler ``cls`` whose constructor takes
+    ``options`` (keywords of ``OPTIONS`` that ``cls`` accepts) as defaults;
+    keywords the caller passes still win. Megatron-Core constructs a
+    registered scheduler with its own arguments only, so this is how a
+    registered one gets packd's client, cost or CP terms. ``cls`` itself
+    when ``options`` is empty. ValueError naming an option ``cls`` does not
+    take; InvalidArgument (a ValueError) for a bad ``cp_token`` or
+    ``cp_group``."""
+    for key in options:
+        if key not in OPTIONS:
+            raise ValueError(f"{key}: not an option of packd's Megatron schedulers (they take {sorted(OPTIONS)})")
+        if not issubclass(cls, OPTIONS[key]):
+            raise ValueError(f"{key}: {cls.__name__} does not take it (only {OPTIONS[key].__name__} and its subclasses)")
+        if key in ("cp_token", "cp_group"):
+            options[key] = _cost_arg(key, options[key])
+    if not options:
+        return cls
+    defaults = dict(options)
+
+    def __init__(self, *args, **kwargs):
+        cls.__init__(self, *args, **{**defaults, **kwargs})
+
+    return type(
+        cls.__name__,
+        (cls,),
+        {"__init__": __init__, "__module__": cls.__module__, "__qualname__": cls.__qualname__, "options": defaults},
+    )
+
 _DATA_SCHEDULE = "megatron.core.datasets.data_schedule"
 
 
@@ -641,8 +690,9 @@ class MegatronPatch:
     Megatron-Core's registry. Usable as a context manager (undone on
     exit)."""
 
-    def __init__(self, replace: tuple):
+    def __init__(self, replace: tuple, options: dict = None):
         self.replace = replace
+        self.options = dict(options or {})  # the keywords the registered classes default to
         self.replaced: list = []  # "scheduler_map[NAME]" labels, in order
         self.skipped: list = []  # stand-ins replace=True found no Megatron scheduler for
         self._undo: list = []  # callables restoring one change each
@@ -692,7 +742,7 @@ def _replace_names(replace) -> tuple:
     return tuple(sorted(set(names)))
 
 
-def patch(replace=False) -> MegatronPatch:
+def patch(replace=False, *, client=None, cost=None, cp_token=None, cp_group=None) -> MegatronPatch:
     """Registers packd's schedulers in Megatron-Core's ``scheduler_map``:
     every row of ``SCHEDULERS`` under its own name (a config then selects it
     with ``sequence_packing_scheduler="packd_dp_balanced"``), and, for the
@@ -707,12 +757,26 @@ def patch(replace=False) -> MegatronPatch:
     ``dynamic_context_parallel``, and its ``wrap_data_iterator`` passes
     ``min_cp_size`` (the smallest CP group it made) to that name only.
 
-    Applied once per process: a second call with the same ``replace``
-    returns the active handle; one with another ``replace`` raises
-    ValueError (undo the first). ImportError where Megatron-Core is missing
-    or has no scheduler registry."""
+    ``client``, ``cost``, ``cp_token`` and ``cp_group`` (None: the class's
+    default) become the registered classes' defaults (``bind``), since
+    Megatron-Core constructs them with its own arguments only: a planning
+    server or a calibrated cost for both schedulers, the CP cost terms for
+    the dynamic-CP one (``patch(replace=True, cost=cal.cost,
+    cp_token=cal.cost.cp_token, cp_group=cal.cost.cp_group)``).
+
+    Applied once per process: a second call with the same ``replace`` and
+    options returns the active handle; one with others raises ValueError
+    (undo the first). ImportError where Megatron-Core is missing or has no
+    scheduler registry."""
     global _active
     names = _replace_names(replace)
+    options = {
+        k: v for k, v in (("client", client), ("cost", cost), ("cp_token", cp_token), ("cp_group", cp_group)) if v is not None
+    }
+    classes = {
+        own: bind(cls, **{k: v for k, v in options.items() if issubclass(cls, OPTIONS[k])})
+        for own, (_, cls) in SCHEDULERS.items()
+    }
     mod = _data_schedule()
     registry = mod.scheduler_map
     enum_cls = getattr(mod, "PackingSchedulerEnum", None)
@@ -723,10 +787,18 @@ def patch(replace=False) -> MegatronPatch:
                     f"replace: packd.megatron.patch() is active with replace={list(_active.replace)}; "
                     f"undo() it before patching with replace={list(names)}"
                 )
+            if _active.options.keys() != options.keys() or any(
+                _active.options[k] is not v and _active.options[k] != v for k, v in options.items()
+            ):
+                raise ValueError(
+                    f"{', '.join(sorted(set(options) | set(_active.options)))}: packd.megatron.patch() is active "
+                    "with other options; undo() it before patching with these"
+                )
             return _active
-        handle = MegatronPatch(names)
+        handle = MegatronPatch(names, options)
         try:
-            for own, (stands_for, cls) in SCHEDULERS.items():
+            for own, (stands_for, _) in SCHEDULERS.items():
+                cls = classes[own]
                 if enum_cls is None:
                     # The registry is keyed by the config string.
                     key, theirs = own, (stands_for if stands_for in registry else None)

@@ -29,7 +29,6 @@ its CP group and its rank there, its slice checked against the group's
 stream. The tests beside this file check the schedules; nothing here
 judges them."""
 
-import functools
 import json
 import os
 import random
@@ -163,12 +162,14 @@ def _worker(rank, world, cp, cap, batches, seed, count, port, out_dir, repo, src
 
     result = {}
     for name in NAMES:
-        handle = packd.megatron.patch(replace=True) if name != "megatron" else None
-        if name == "packd_cp":
-            # packd's scheduler with CP communication priced, as a user
-            # registers it: the registry entry builds it with these terms.
-            data_schedule.scheduler_map["default_dynamic_cp"] = functools.partial(
-                packd.megatron.BalancedCPScheduler, **CP_PRICED
+        # packd's scheduler, and with CP communication priced as a user
+        # registers it: patch() makes the terms the registered class's
+        # defaults, since Megatron builds it with its own arguments only.
+        handle = None
+        if name != "megatron":
+            handle = packd.megatron.patch(replace=True, **(CP_PRICED if name == "packd_cp" else {}))
+            assert data_schedule.scheduler_map["default_dynamic_cp"](1024, 1, 2, None).cp_token == (
+                CP_PRICED["cp_token"] if name == "packd_cp" else 0.0
             )
         runs = []
         for b in range(batches):

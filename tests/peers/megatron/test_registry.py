@@ -90,6 +90,31 @@ else:
         if HAS_DYNAMIC_CP:
             assert config_lookup("default_dynamic_cp") is ds.DefaultDynamicCPScheduler
 
+    def test_patch_options_become_the_registered_defaults(client):
+        """patch(client=, cp_token=, cp_group=): Megatron builds the
+        registered classes with its own arguments and gets packd's client
+        and CP terms (the fixed-CP one the client alone); the same options
+        again return the handle, others are refused until undo()."""
+        with packd.megatron.patch(replace=True, client=client, cp_token=0.25, cp_group=100) as handle:
+            assert handle.options == {"client": client, "cp_token": 0.25, "cp_group": 100.0}
+            dyn = config_lookup("packd_balanced_cp")
+            assert issubclass(dyn, packd.megatron.BalancedCPScheduler)
+            sched = dyn(8192, 2, 4, None)
+            assert (sched.client, sched.cp_token, sched.cp_group) == (client, 0.25, 100.0)
+            if HAS_DYNAMIC_CP:
+                assert config_lookup("default_dynamic_cp") is dyn
+            fixed = config_lookup("dp_balanced")(8192, 2, 4, None)
+            assert isinstance(fixed, DpBalancedScheduler) and fixed.client is client
+            assert not hasattr(fixed, "cp_token")
+            assert packd.megatron.patch(replace=True, client=client, cp_token=0.25, cp_group=100) is handle
+            with pytest.raises(ValueError, match="patch\\(\\) is active with other options"):
+                packd.megatron.patch(replace=True, client=client, cp_token=0.5, cp_group=100)
+        assert config_lookup("dp_balanced") is ds.DpBalancedScheduler
+        with pytest.raises(packd.InvalidArgument, match="cp_token"):
+            packd.megatron.patch(cp_token=-1.0)
+        with pytest.raises(KeyError):
+            config_lookup("packd_dp_balanced")
+
     def test_built_as_megatron_builds_it():
         """wrap_data_iterator passes four positional arguments (the VPP
         group None without VPP); run() asks for the sample keys."""
