@@ -265,12 +265,12 @@ def main(argv=None) -> int:
 
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     s = setting(mode)
-    if args.repeats:
-        s.repeats = args.repeats
     for name in ("repeats", "scale", "tile", "batches"):
         v = getattr(args, name)
         if v is not None and v < 1:
             ap.error(f"--{name}: {v} (at least 1)")
+    if args.repeats:
+        s.repeats = args.repeats
     if args.scale:
         s.scale = args.scale
     if args.tile:
