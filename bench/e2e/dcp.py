@@ -15,7 +15,7 @@ steps, forward and backward, no communication). The emulated step is
 terms to every timed shard (records with ``"cp": c``), packd plans the
 same batches again with the fitted cost, and the new plans are timed too.
 
-    bench/e2e/dcp.py               # the README table (about 5 minutes on 2 shared cores)
+    bench/e2e/dcp.py               # the README table (about 30 minutes on 2 shared cores)
     bench/e2e/dcp.py --quick       # one workload on 8 GPUs (under a minute)
     bench/e2e/dcp.py --smoke       # a tiny model and batch (seconds; tests/e2e runs it)
     bench/e2e/dcp.py --timings t.jsonl   # every timed shard: {"lengths", "seconds", "cp"}
@@ -23,7 +23,10 @@ same batches again with the fitted cost, and the new plans are timed too.
 Lengths are bench/dcp's batches (bench/dcp/run.py's ``workloads``: the
 real lists of bench/workloads and its long-tail RL generator) divided by
 ``scale`` and rounded up, caps likewise; the default scale 32 puts the
-longest long-tail sequence (64K tokens) at 2K tokens.
+longest long-tail sequence (64K tokens) at 2K tokens, and the attention
+tile (128 tokens, a flash kernel's) at 4. Each run draws ``batches``
+batches, each from its own seed; the table gives the mean over them and
+the worst batch.
 """
 
 from __future__ import annotations
