@@ -56,7 +56,7 @@ const packctl_field_flag_t packctl_field_flags[] = {
     {"dcp-min-size", "parallel.dynamic_cp", "min_size", "N",
      "smallest dynamic CP group (default 0: 1; sets dynamic CP)"},
     {"dcp-algo", "parallel.dynamic_cp", "algo", "A",
-     "dynamic CP planner: auto (default) | megatron (sets dynamic CP)"},
+     "dynamic CP planner: auto (default) | megatron | megatron_packing (sets dynamic CP)"},
     {"cp-token", "cost", "cp_token", "X", "dynamic CP: per token x (c-1)/c (default 0)"},
     {"cp-group", "cost", "cp_group", "X", "dynamic CP: per group x (c-1) (default 0)"},
     {"seed", NULL, "seed", "N", "request seed (default 0; also seeds --sample)"},

@@ -69,8 +69,15 @@ typedef enum {
    * placement with a 5 % balance slack, trimming, idle GPUs filled by
    * doubling groups), reproduced with the per-GPU cap kept hard. */
   PK_DCP_MEGATRON = 1,
+  /* Megatron-Core's packing-aware scheduler (its dev line's default
+   * dynamic-CP scheduler: each sequence to the group size and group,
+   * existing or new, that raise the slot's most loaded GPU least, under a
+   * work ceiling from the slot's longest sequence; free GPUs filled by
+   * doubling groups), its slots kept where they keep the per-GPU cap and
+   * rebuilt under the cap where they do not. */
+  PK_DCP_MEGATRON_PACKING = 2,
 } pk_dcp_algo_t;
-#define PK_DCP_ALGO_COUNT 2
+#define PK_DCP_ALGO_COUNT 3
 
 typedef struct pk_dcp_cost {
   pk_cost_model_t base; /* Defaults as in pk_planner.h. */

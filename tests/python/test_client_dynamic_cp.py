@@ -84,9 +84,10 @@ def test_plan_and_views(mode, local, remote):
     assert min(min(s) for s in plan.group_sizes()) == 1  # the short ones run without CP
 
 
-def test_both_modes_plan_the_same(local, remote):
+@pytest.mark.parametrize("algo", ["megatron", "megatron_packing"])
+def test_both_modes_plan_the_same(local, remote, algo):
     lens = lengths(seed=1)
-    kw = dict(dp=8, cp=2, max_tokens=8192, dynamic_cp=dict(algo="megatron"))
+    kw = dict(dp=8, cp=2, max_tokens=8192, dynamic_cp=dict(algo=algo))
     a, b = local.plan(lens, **kw), remote.plan(lens, **kw)
     assert a.group_sizes() == b.group_sizes()
     assert [list(g.seqs) for s in a.slots for g in s.groups] == \

@@ -222,7 +222,23 @@ def test_cp_costs_reach_the_planner(client):
     check_schedule(priced, pairs, b)
     short = {4, 5, 6, 7}
     assert all(size == 1 for row in b for _, size, ids in groups_of(row) if set(ids) <= short)
-    assert len(b) < len(a)
+    assert [[4], [5], [6], [7]] in b
+    # Free CP merges them with others into whole-pool groups: no more
+    # micro-batches than priced.
+    assert len(a) <= len(b) and [[4], [5], [6], [7]] not in a
+
+
+def test_equal_steps_keep_fewer_micro_batches(client):
+    """Two samples that fill the pool's cap together: one micro-batch (one
+    group of both) costs the same under linear and quadratic terms as two
+    (a group each), and the scheduler keeps the one: the planner's default
+    cost prices no micro-batch, so the scheduler adds a vanishing one."""
+    sched = BalancedCPScheduler(4096, 2, 1, None, client=client)
+    assert sched.get_groups_and_subsamples([(0, 6144), (1, 2048)]) == [[[0, 1], [0, 1]]]
+    # A caller's own per-micro-batch cost is kept as given.
+    priced = BalancedCPScheduler(4096, 2, 1, None, client=client, cost=packd.Cost(per_micro_batch=5.0))
+    assert priced._plan_cost.per_micro_batch == 5.0
+    assert priced.get_groups_and_subsamples([(0, 6144), (1, 2048)]) == [[[0, 1], [0, 1]]]
 
 
 def test_bad_samples(client):

@@ -36,6 +36,9 @@ def test_flags_reach_the_request(tmp_path, lengths_file):
     req = pb2().PlanRequest.FromString(out.read_bytes())
     d = req.parallel.dynamic_cp
     assert (d.sizes, d.min_size, d.algo) == (1, 2, 1)
+    ok(run_packctl("plan", "--dry-run", "--save-request", out, "--dp", "4", "--dcp-algo",
+                   "megatron_packing", lengths_file))
+    assert pb2().PlanRequest.FromString(out.read_bytes()).parallel.dynamic_cp.algo == 2
     assert (req.cost.cp_token, req.cost.cp_group) == (0.25, 100)
     ok(run_packctl("plan", "--dry-run", "--save-request", out, "--dp", "4", "--dynamic-cp",
                    lengths_file))
@@ -48,13 +51,13 @@ def test_flags_reach_the_request(tmp_path, lengths_file):
 def test_summary_json_and_svg(tmp_path, lengths_file):
     text = ok(run_packctl("plan", "--local", "--dynamic-cp", *COMMON, lengths_file))
     assert "(dynamic CP)" in text and "a pool of 8 GPUs, 2 slots" in text
-    assert "  8\n" in text and "  2 2 1 1 1 1\n" in text
-    assert "step cost               26119.8 (lower bound 22580.3)" in text
+    assert "  4 2 2\n" in text and "  4 1 1 2\n" in text
+    assert "step cost               26003.1 (lower bound 22580.3)" in text
     resp_path = tmp_path / "resp.bin"
     ok(run_packctl("plan", "--local", "--dynamic-cp", *COMMON, "--format", "json",
                    "--save-response", resp_path, lengths_file))
     resp = pb2().PlanResponse.FromString(resp_path.read_bytes())
-    assert [[g.size for g in s.groups] for s in resp.dynamic_cp.slots] == [[8], [2, 2, 1, 1, 1, 1]]
+    assert [[g.size for g in s.groups] for s in resp.dynamic_cp.slots] == [[4, 2, 2], [4, 1, 1, 2]]
     svg = ok(run_packctl("plan", "--local", "--dynamic-cp", *COMMON, "--format", "svg",
                          lengths_file))
     root = ET.fromstring(svg)

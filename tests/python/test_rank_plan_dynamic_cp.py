@@ -306,9 +306,9 @@ def test_packctl_rank_plan(server, tmp_path):
     lines = summary.stdout.splitlines()
     assert lines[0] == f"plan_id {pid}  GPU 5 of a pool of 8  slots 2 (dynamic CP)"
     rows = [line.split() for line in lines[2:]]
-    # Slot 0: sequence 0 over the whole pool, GPU 5 its CP rank 5; slot 1:
-    # GPU 5 alone with three short sequences.
-    assert rows[0][:7] == ["0", "0", "8", "5", "0-7", "30000", "3750"] and rows[0][8:] == ["0"]
-    assert rows[1][2:5] == ["1", "0", "5-5"] and rows[1][8:] == ["5", "8", "11"]
+    # Slot 0: sequences 1 and 5 on GPUs 4-5, GPU 5 their CP rank 1 (16000
+    # tokens, a shard of 8000); slot 1: GPU 5 alone with sequence 8.
+    assert rows[0][:7] == ["0", "1", "2", "1", "4-5", "16000", "8000"] and rows[0][8:] == ["1", "5"]
+    assert rows[1][2:5] == ["1", "0", "5-5"] and rows[1][8:] == ["8"]
     bad = packctl("rank-plan", "--server", server.addr, "--plan-id", pid, "--rank", 8)
     assert bad.returncode == 1 and "INVALID_ARGUMENT" in bad.stderr and "dp_rank: 8" in bad.stderr

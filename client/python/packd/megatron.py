@@ -37,9 +37,10 @@ The one line a Megatron-Core user adds::
 
     import packd.megatron; packd.megatron.patch()
 
-registers the scheduler as ``sequence_packing_scheduler="packd_dp_balanced"``
-(``patch(replace=True)`` also puts it in place of Megatron's own
-``dp_balanced``); ``handle.undo()`` puts the registry back.
+registers the schedulers as ``sequence_packing_scheduler="packd_dp_balanced"``
+and ``"packd_balanced_cp"`` (``patch(replace=True)`` also puts them in place
+of Megatron's own ``dp_balanced`` and, where the installed version has it,
+``default_dynamic_cp``); ``handle.undo()`` puts the registry back.
 
 Plans go to the embedded planner, or to the server named by ``PACKD_TARGET``
 when that is set, or to the ``client=`` given to the constructor.
@@ -133,20 +134,27 @@ class DpBalancedScheduler:
     """Megatron-Core's fixed-CP packing scheduler, planned by packd.
 
     ``DpBalancedScheduler(max_seqlen_per_dp_cp_rank, cp_size, dp_size,
-    microbatch_group_size_per_vp_stage)`` as Megatron-Core constructs it
-    (``microbatch_group_size_per_vp_stage`` is None without VPP). The
-    keywords ``client`` (a ``packd.Client``; default: the embedded planner,
-    or the server of ``PACKD_TARGET``) and ``cost`` (a ``packd.Cost`` or
-    ``packd.Calibration``; default: packd's) are packd's own.
+    microbatch_group_size_per_vp_stage, max_num_seqs=None)`` as
+    Megatron-Core constructs it (``microbatch_group_size_per_vp_stage`` is
+    None without VPP; ``max_num_seqs``, the most sequences one micro-batch
+    of a DP rank packs, is passed by Megatron-LM versions that have it and
+    None means no limit). The keywords ``client`` (a ``packd.Client``;
+    default: the embedded planner, or the server of ``PACKD_TARGET``) and
+    ``cost`` (a ``packd.Cost`` or ``packd.Calibration``; default: packd's)
+    are packd's own.
 
     Attributes are Megatron's: ``max_seqlen_per_dp_cp_rank``, ``cp_size``,
-    ``dp_size``, ``microbatch_group_size_per_vp_stage`` and
-    ``max_seq_len_all_ranks`` (the token cap of one DP rank's micro-batch,
-    ``max_seqlen_per_dp_cp_rank * cp_size``).
+    ``dp_size``, ``microbatch_group_size_per_vp_stage``, ``max_num_seqs``,
+    ``is_dynamic_cp`` and ``max_seq_len_all_ranks`` (the token cap of one DP
+    rank's micro-batch, ``max_seqlen_per_dp_cp_rank * cp_size``).
     """
 
     # Megatron-Core's packing pipeline reads this (fixed CP here).
     is_dynamic_cp = False
+    # The Megatron-Core classes whose ``run`` and ``get_required_sample_keys``
+    # this one uses, in order of preference: the first the installed version
+    # defines (the scheduler it stands in for, where that exists).
+    _megatron_classes = ("DpBalancedScheduler",)
 
     def __init__(
         self,
@@ -154,6 +162,7 @@ class DpBalancedScheduler:
         cp_size,
         dp_size,
         microbatch_group_size_per_vp_stage=None,
+        max_num_seqs=None,
         *,
         client=None,
         cost=None,
@@ -164,6 +173,7 @@ class DpBalancedScheduler:
         self.microbatch_group_size_per_vp_stage = _int_arg(
             "microbatch_group_size_per_vp_stage", microbatch_group_size_per_vp_stage, 1, none_ok=True
         )
+        self.max_num_seqs = _int_arg("max_num_seqs", max_num_seqs, 1, none_ok=True)
         self.max_seq_len_all_ranks = self.max_seqlen_per_dp_cp_rank * self.cp_size
         if self.max_seq_len_all_ranks > _INT32_MAX:
             raise InvalidArgument(
@@ -181,7 +191,7 @@ class DpBalancedScheduler:
 
     def get_required_sample_keys(self):
         """The sample keys Megatron-Core's ``run`` needs (Megatron's list)."""
-        return _megatron_dp_balanced().get_required_sample_keys(self)
+        return _megatron_class(self._megatron_classes).get_required_sample_keys(self)
 
     def get_groups_and_subsamples(self, sample_id_seqlens):
         """Schedules ``sample_id_seqlens`` (``[(id, seqlen), ...]``, ids
@@ -194,7 +204,8 @@ class DpBalancedScheduler:
         micro-batch of one DP rank; every DP rank has the same number of
         micro-batches, a multiple of ``microbatch_group_size_per_vp_stage``;
         no list is empty; each list's lengths sum to at most
-        ``max_seq_len_all_ranks``. An empty input gives ``[]``.
+        ``max_seq_len_all_ranks`` and it holds at most ``max_num_seqs`` ids.
+        An empty input gives ``[]``.
 
         Raises InvalidArgument (a ValueError) for malformed input, and
         SchedulingError (also an AssertionError) when no such schedule
@@ -228,14 +239,15 @@ class DpBalancedScheduler:
                 lengths,
                 dp=self.dp_size,
                 max_tokens=cap,
+                max_seqs=self.max_num_seqs or 0,
                 microbatch_group=self.microbatch_multiple,
                 cost=self.cost,
             )
         except FailedPrecondition as exc:
             raise SchedulingError(
                 f"sample_id_seqlens: {n} samples cannot fill the micro-batches that the cap "
-                f"max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank} x cp_size {self.cp_size} = {cap} needs on "
-                f"each of dp_size {self.dp_size} ranks (the planner: {exc.message})"
+                f"max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank} x cp_size {self.cp_size} = {cap}"
+                f"{self._seqs_note()} needs on each of dp_size {self.dp_size} ranks (the planner: {exc.message})"
             ) from None
         ranks = [rank.micro_batches for rank in plan]
         count = len(ranks[0])
@@ -248,11 +260,14 @@ class DpBalancedScheduler:
             groups.append(row)
         return groups
 
+    def _seqs_note(self) -> str:
+        return "" if self.max_num_seqs is None else f" and max_num_seqs {self.max_num_seqs}"
+
     def run(self, *args, **kwargs):
         """Megatron-Core's pipeline around the schedule (gather lengths,
         schedule, reroute, pack, broadcast), from the installed
         Megatron-Core, with this scheduler's ``get_groups_and_subsamples``."""
-        return _megatron_dp_balanced().run(self, *args, **kwargs)
+        return _megatron_class(self._megatron_classes).run(self, *args, **kwargs)
 
     def __repr__(self) -> str:
         return (
@@ -270,6 +285,38 @@ def _cost_arg(name: str, value) -> float:
     return float(value)
 
 
+# The per-micro-batch cost the dynamic-CP scheduler adds where its cost has
+# none, as a fraction of one GPU's cost at the cap: small enough to change
+# no step that differs by more than rounding, large enough for the planner
+# to tell the counts apart. Under linear and quadratic terms alone, merging
+# micro-batches whose samples fit one group of the whole pool never raises
+# the step, so equal steps at different counts are common; every
+# micro-batch has fixed work (launches, pipeline fill) that such a cost
+# leaves unpriced, and Megatron-LM's own dynamic-CP tests expect the
+# fewer micro-batches.
+_MICRO_BATCH_TIE = 1e-9
+
+
+def _with_micro_batch_cost(cost, cap: int):
+    """``cost`` (None: packd's default) as a packd.Cost whose
+    per_micro_batch term is at least ``_MICRO_BATCH_TIE`` of the cost of
+    ``cap`` tokens on one GPU, so that of two plans with the same step the
+    planner keeps the one with fewer micro-batches."""
+    import dataclasses
+
+    from .calibration import Cost
+
+    base = Cost() if cost is None else Cost.coerce(cost)
+    if base.per_micro_batch > 0:
+        return base
+    linear, quadratic = base.linear, base.quadratic
+    if linear == 0 and quadratic == 0:
+        # The planner's default cost (pk_planner.h).
+        linear, quadratic = 1.0, 1.0 / 24576.0
+    full = linear * cap + quadratic * float(cap) * float(cap)
+    return dataclasses.replace(base, per_micro_batch=_MICRO_BATCH_TIE * full)
+
+
 def _aligned(length: int, size: int) -> int:
     """A sequence's tokens in a zigzag group of ``size`` GPUs (TP 1): a
     multiple of 2 x size, as the planner aligns it; unaligned at size 1."""
@@ -285,19 +332,30 @@ class BalancedCPScheduler(DpBalancedScheduler):
 
     Constructed as Megatron-Core constructs its packing schedulers,
     ``BalancedCPScheduler(max_seqlen_per_dp_cp_rank, cp_size, dp_size,
-    microbatch_group_size_per_vp_stage)``, with packd's ``client`` and
-    ``cost`` keywords as for ``DpBalancedScheduler``, and ``cp_token``,
-    ``cp_group`` (the CP cost terms, packd's default 0). The dp x cp GPUs
-    are one pool in Megatron's dp-cp order; every micro-batch cuts it into
-    groups of consecutive GPUs (a power of two at a multiple of its size,
-    or the whole pool), each training its samples as one stream split over
-    its GPUs. ``max_seqlen_per_dp_cp_rank`` is the hard per-GPU cap;
-    ``min_cp_size`` (Megatron's keyword, default 1) is the smallest group.
+    microbatch_group_size_per_vp_stage, max_num_seqs=None, *,
+    min_cp_size=1)`` (the signature of Megatron-LM's
+    ``DefaultDynamicCPScheduler``), with packd's ``client`` and ``cost``
+    keywords as for ``DpBalancedScheduler``, and ``cp_token``, ``cp_group``
+    (the CP cost terms, packd's default 0). The dp x cp GPUs are one pool in
+    Megatron's dp-cp order; every micro-batch cuts it into groups of
+    consecutive GPUs (a power of two at a multiple of its size, or the whole
+    pool: the groups Megatron-LM's ``parallel_state`` makes for dynamic CP),
+    each training its samples as one stream split over its GPUs.
+    ``max_seqlen_per_dp_cp_rank`` is the hard per-GPU cap; ``min_cp_size``
+    is the smallest group; ``max_num_seqs`` (None: no limit) the most
+    sequences one group packs.
+
+    Besides ``DpBalancedScheduler``'s attributes it has those of Megatron's
+    ``DefaultDynamicCPScheduler``: ``max_seq_len_per_rank`` (the per-GPU
+    cap), ``total_hdp_gpus`` (dp x cp) and ``min_cp_size``; ``run`` is that
+    class's (``DpBalancedScheduler``'s where the installed version has no
+    ``DefaultDynamicCPScheduler``).
     """
 
     # Megatron-Core's packing pipeline (``run``) reads this to tell a
     # dynamic-CP scheduler from a fixed-CP one.
     is_dynamic_cp = True
+    _megatron_classes = ("DefaultDynamicCPScheduler", "DpBalancedScheduler")
 
     def __init__(
         self,
@@ -305,6 +363,7 @@ class BalancedCPScheduler(DpBalancedScheduler):
         cp_size,
         dp_size,
         microbatch_group_size_per_vp_stage=None,
+        max_num_seqs=None,
         *,
         min_cp_size=1,
         client=None,
@@ -313,9 +372,17 @@ class BalancedCPScheduler(DpBalancedScheduler):
         cp_group: float = 0.0,
     ):
         super().__init__(
-            max_seqlen_per_dp_cp_rank, cp_size, dp_size, microbatch_group_size_per_vp_stage, client=client, cost=cost
+            max_seqlen_per_dp_cp_rank,
+            cp_size,
+            dp_size,
+            microbatch_group_size_per_vp_stage,
+            max_num_seqs,
+            client=client,
+            cost=cost,
         )
         self.pool = self.dp_size * self.cp_size
+        self.total_hdp_gpus = self.pool
+        self.max_seq_len_per_rank = self.max_seqlen_per_dp_cp_rank
         self.min_cp_size = _int_arg("min_cp_size", min_cp_size, 1)
         if self.min_cp_size > self.pool:
             raise InvalidArgument(
@@ -324,6 +391,7 @@ class BalancedCPScheduler(DpBalancedScheduler):
             )
         self.cp_token = _cost_arg("cp_token", cp_token)
         self.cp_group = _cost_arg("cp_group", cp_group)
+        self._plan_cost = _with_micro_batch_cost(cost, self.max_seqlen_per_dp_cp_rank)
 
     def get_groups_and_subsamples(self, sample_id_seqlens):
         """Schedules ``sample_id_seqlens`` (``[(id, seqlen), ...]``, ids
@@ -335,9 +403,9 @@ class BalancedCPScheduler(DpBalancedScheduler):
         micro-batch's CP group: consecutive, starting at a multiple of their
         count. Every id appears in exactly one group of one micro-batch; no
         list is empty; a group of c GPUs holds at most ``c x
-        max_seqlen_per_dp_cp_rank`` tokens once aligned to 2c; the count is
-        a multiple of ``microbatch_group_size_per_vp_stage``. An empty input
-        gives ``[]``.
+        max_seqlen_per_dp_cp_rank`` tokens once aligned to 2c, and at most
+        ``max_num_seqs`` samples; the count is a multiple of
+        ``microbatch_group_size_per_vp_stage``. An empty input gives ``[]``.
 
         Raises InvalidArgument (a ValueError) for malformed input, and
         SchedulingError (also an AssertionError) when no such schedule
@@ -364,13 +432,8 @@ class BalancedCPScheduler(DpBalancedScheduler):
         try:
             plan = client.plan(
                 lengths,
-                dp=self.dp_size,
-                cp=self.cp_size,
-                max_tokens=cap,
                 dynamic_cp={"min_size": self.min_cp_size} if self.min_cp_size > 1 else True,
-                cost=self.cost,
-                cp_token=self.cp_token,
-                cp_group=self.cp_group,
+                **self._plan_args(),
             )
         except FailedPrecondition as exc:
             raise SchedulingError(f"sample_id_seqlens: no dynamic-CP schedule (the planner: {exc.message})") from None
@@ -386,7 +449,7 @@ class BalancedCPScheduler(DpBalancedScheduler):
                 if not self._fits_pool(seqs, lengths):
                     raise SchedulingError(
                         f"sample_id_seqlens: micro-batch {len(slots)} leaves a GPU idle and its samples do not fit "
-                        f"max_seqlen_per_dp_cp_rank {cap} on all {pool} GPUs"
+                        f"max_seqlen_per_dp_cp_rank {cap}{self._seqs_note()} on all {pool} GPUs"
                     )
                 groups = [(0, pool, seqs)]
             slots.append(groups)
@@ -400,6 +463,18 @@ class BalancedCPScheduler(DpBalancedScheduler):
                     row[g] = list(members)
             out.append(row)
         return out
+
+    def _plan_args(self) -> dict:
+        """The planner keywords of this scheduler's requests."""
+        return dict(
+            dp=self.dp_size,
+            cp=self.cp_size,
+            max_tokens=self.max_seqlen_per_dp_cp_rank,
+            max_seqs=self.max_num_seqs or 0,
+            cost=self._plan_cost,
+            cp_token=self.cp_token,
+            cp_group=self.cp_group,
+        )
 
     def _round_to_multiple(self, slots: list, lengths) -> None:
         """Makes the slot count a multiple of the VPP group, in place:
@@ -417,12 +492,15 @@ class BalancedCPScheduler(DpBalancedScheduler):
             raise SchedulingError(
                 f"sample_id_seqlens: {sum(len(q) for g in slots for _, _, q in g)} samples cannot fill a "
                 f"multiple of microbatch_group_size_per_vp_stage {m} micro-batches under "
-                f"max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank}"
+                f"max_seqlen_per_dp_cp_rank {self.max_seqlen_per_dp_cp_rank}{self._seqs_note()}"
             )
 
     def _fits_pool(self, seqs, lengths) -> bool:
-        """Whether ``seqs`` fit the cap as one group of the whole pool."""
+        """Whether ``seqs`` fit the cap (and ``max_num_seqs``) as one group
+        of the whole pool."""
         pool = self.pool
+        if self.max_num_seqs is not None and len(seqs) > self.max_num_seqs:
+            return False
         return sum(_aligned(int(lengths[x]), pool) for x in seqs) <= pool * self.max_seqlen_per_dp_cp_rank
 
     def _grow(self, slots: list, lengths) -> bool:
@@ -497,15 +575,16 @@ _DATA_SCHEDULE = "megatron.core.datasets.data_schedule"
 def _data_schedule():
     """Megatron-Core's registry module; ImportError saying what is missing
     where Megatron-Core is not installed or is a version without the
-    registry (0.16 and older have neither ``scheduler_map`` nor
-    ``PackingSchedulerEnum``)."""
+    registry (0.16 and older have no ``scheduler_map``). Megatron-LM main
+    keys the registry by ``PackingSchedulerEnum`` members, its dev branch
+    by the config strings themselves; both are accepted."""
     import importlib
 
     try:
         mod = importlib.import_module(_DATA_SCHEDULE)
     except ImportError as exc:
         raise ImportError(f"packd.megatron: cannot import {_DATA_SCHEDULE} ({exc})") from exc
-    missing = [a for a in ("scheduler_map", "PackingSchedulerEnum", "DpBalancedScheduler") if not hasattr(mod, a)]
+    missing = [a for a in ("scheduler_map", "DpBalancedScheduler") if not hasattr(mod, a)]
     if missing:
         raise ImportError(
             f"packd.megatron: {_DATA_SCHEDULE} has no {', '.join(missing)}; this Megatron-Core version has no "
@@ -514,8 +593,15 @@ def _data_schedule():
     return mod
 
 
-def _megatron_dp_balanced():
-    return _data_schedule().DpBalancedScheduler
+def _megatron_class(names: tuple):
+    """The first class of ``names`` the installed Megatron-Core's registry
+    module defines (the scheduler whose pipeline a packd scheduler runs)."""
+    mod = _data_schedule()
+    for name in names:
+        cls = getattr(mod, name, None)
+        if cls is not None:
+            return cls
+    raise ImportError(f"packd.megatron: {_DATA_SCHEDULE} has none of {', '.join(names)}")
 
 
 def add_enum_member(enum_cls, name: str, value):
@@ -616,6 +702,11 @@ def patch(replace=False) -> MegatronPatch:
     ``"default_dynamic_cp"`` is not in every version) is skipped and logged
     (``handle.skipped``); named explicitly, its absence is an ImportError.
 
+    Under dynamic CP, ``replace=True`` is the way in: Megatron-LM's config
+    check requires ``sequence_packing_scheduler="default_dynamic_cp"`` with
+    ``dynamic_context_parallel``, and its ``wrap_data_iterator`` passes
+    ``min_cp_size`` (the smallest CP group it made) to that name only.
+
     Applied once per process: a second call with the same ``replace``
     returns the active handle; one with another ``replace`` raises
     ValueError (undo the first). ImportError where Megatron-Core is missing
@@ -623,7 +714,8 @@ def patch(replace=False) -> MegatronPatch:
     global _active
     names = _replace_names(replace)
     mod = _data_schedule()
-    enum_cls, registry = mod.PackingSchedulerEnum, mod.scheduler_map
+    registry = mod.scheduler_map
+    enum_cls = getattr(mod, "PackingSchedulerEnum", None)
     with _lock:
         if _active is not None:
             if _active.replace != names:
@@ -635,13 +727,19 @@ def patch(replace=False) -> MegatronPatch:
         handle = MegatronPatch(names)
         try:
             for own, (stands_for, cls) in SCHEDULERS.items():
-                key = enum_cls._member_map_.get(own.upper())
-                if key is None:
-                    key = add_enum_member(enum_cls, own.upper(), own)
-                    handle._undo.append(lambda m=key: remove_enum_member(enum_cls, m))
+                if enum_cls is None:
+                    # The registry is keyed by the config string.
+                    key, theirs = own, (stands_for if stands_for in registry else None)
+                else:
+                    # The config string becomes an enum member by its
+                    # upper-cased name, which then keys the registry.
+                    key = enum_cls._member_map_.get(own.upper())
+                    if key is None:
+                        key = add_enum_member(enum_cls, own.upper(), own)
+                        handle._undo.append(lambda m=key: remove_enum_member(enum_cls, m))
+                    theirs = enum_cls._member_map_.get(stands_for.upper())
                 _put(handle, registry, key, cls)
                 if stands_for in names:
-                    theirs = enum_cls._member_map_.get(stands_for.upper())
                     if theirs is not None:
                         _put(handle, registry, theirs, cls)
                     elif replace is True:
@@ -671,4 +769,4 @@ def _put(handle: MegatronPatch, registry: dict, key, cls) -> None:
     else:
         handle._undo.append(lambda: registry.pop(key, None))
     registry[key] = cls
-    handle.replaced.append(f"scheduler_map[{key.name}]")
+    handle.replaced.append(f"scheduler_map[{getattr(key, 'name', key)}]")

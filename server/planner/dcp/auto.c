@@ -31,8 +31,20 @@
  * step wins): every sequence at its cheapest size (spreading left to the
  * idle filling), or the costliest spread while it pays. The second wins
  * when long sequences would set their slots' times; the first when many
- * sequences are near the level and spreading them only adds CP cost. */
-enum { DCP_SIZES_CHEAPEST = 0, DCP_SIZES_SPREAD = 1, DCP_SIZE_POLICIES = 2 };
+ * sequences are near the level and spreading them only adds CP cost. The
+ * shelf plans try a third: spreading against the least height of the
+ * costliest sequence instead of the mean level, for batches where that
+ * sequence makes its slot tall anyway: the sequences under that height stay
+ * at their cheapest size and fill the tall slot's other GPUs (up to the
+ * cap), where spreading them against the mean level would only add CP
+ * work. */
+enum {
+  DCP_SIZES_CHEAPEST = 0,
+  DCP_SIZES_SPREAD = 1,
+  DCP_SIZE_POLICIES = 2,
+  DCP_SIZES_TALL = 2,
+  DCP_SHELF_POLICIES = 3
+};
 
 typedef struct sort_arg {
   const uint32_t *k;
@@ -58,16 +70,20 @@ static bool lighter(const void *arg, uint32_t x, uint32_t y) {
 }
 
 typedef struct scratch {
-  uint32_t *k;     /* n: chosen size index. */
-  double *cost;    /* n: per-GPU cost at it. */
-  uint32_t *order; /* n: by class, cost descending. */
-  uint32_t *tmp;   /* n. */
-  uint32_t *heap;  /* n. */
-  uint32_t *room;  /* n: the dealt classes' room heaps (pack). */
-  uint64_t *ngrp;  /* nsize: groups per class. */
-  uint64_t *lo;    /* nsize: least groups per class. */
-  uint64_t *cnt;   /* nsize. */
-  double *work;    /* nsize. */
+  uint32_t *k;      /* n: chosen size index. */
+  double *cost;     /* n: per-GPU cost at it. */
+  double *c0;       /* n: per-GPU cost at the cheapest size. */
+  uint32_t *order;  /* n: by class, cost descending. */
+  uint32_t *tmp;    /* n. */
+  uint32_t *heap;   /* n. */
+  uint32_t *room;   /* n: the dealt classes' room heaps (pack). */
+  uint64_t *ngrp;   /* nsize: groups per class. */
+  uint64_t *lo;     /* nsize: least groups per class. */
+  uint64_t *cnt;    /* nsize. */
+  double *work;     /* nsize. */
+  double *top;      /* nsize: the costliest sequence of each class. */
+  double *h;        /* n: heights (plan_shelf). */
+  dcp_rank_t *rank; /* 2 n: dcp_order_desc's. */
 } scratch_t;
 
 /* The size at which sequence i's pool work is least (from kmin; with any
@@ -75,6 +91,10 @@ typedef struct scratch {
  * growing with c but for padding). */
 static uint32_t cheapest(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i) {
   uint32_t best = it->kmin[i];
+  /* Every size a power of two: the alignments nest, so the pool work only
+   * grows with the size (as the bound's least work, cost.c). */
+  if (cfg->sizes == PK_DCP_SIZES_POW2 && (cfg->pool & (cfg->pool - 1)) == 0)
+    return best;
   double bw = cfg->size[best] * dcp_item_cost(cfg, it, i, best);
   uint32_t end =
       cfg->sizes == PK_DCP_SIZES_ANY ? PK_MIN(cfg->nsize, best + DCP_ANY_CHEAPEST) : cfg->nsize;
@@ -88,15 +108,6 @@ static uint32_t cheapest(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i
   return best;
 }
 
-/* Costliest first at the cheapest sizes (arg: the n costs there), ties by
- * index. */
-static bool costlier(const void *arg, uint32_t x, uint32_t y) {
-  const double *cost = arg;
-  if (cost[x] != cost[y])
-    return cost[x] > cost[y];
-  return x < y;
-}
-
 /* The size after q when looking for a sequence's size from k: every size
  * when they are powers of two (at most 18), else the eight after k and then
  * doublings, so that a pool of any-size groups costs O(log pool) per
@@ -107,6 +118,16 @@ static uint32_t next_size(const dcp_cfg_t *cfg, uint32_t k, uint32_t q) {
   uint32_t want = cfg->size[q] > cfg->pool / 2 ? cfg->pool : 2 * cfg->size[q];
   uint32_t next = dcp_size_index(cfg, want);
   return next == UINT32_MAX || next <= q ? q + 1 : next;
+}
+
+/* The least per-GPU cost of sequence i alone in a group, group terms
+ * included, over the sizes from k0[i] that next_size visits. */
+static double least_alone(const dcp_cfg_t *cfg, const dcp_items_t *it, const uint32_t *k0,
+                          uint32_t i) {
+  double h = INFINITY;
+  for (uint32_t q = k0[i]; q < cfg->nsize; q = next_size(cfg, k0[i], q))
+    h = fmin(h, dcp_group_base(cfg, cfg->size[q]) + dcp_item_cost(cfg, it, i, q));
+  return h;
 }
 
 /* Step 1: sizes for slot count m. A slot costs at least the level (pool
@@ -122,14 +143,16 @@ static double choose_sizes(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t
                            const uint32_t *k0, const uint32_t *by, scratch_t *w) {
   double work = 0;
   for (uint32_t i = 0; i < it->n; i++)
-    work += cfg->size[k0[i]] * dcp_item_cost(cfg, it, i, k0[i]);
+    work += cfg->size[k0[i]] * w->c0[i];
   double slots_gpus = (double)m * cfg->pool;
   double level = work / slots_gpus;
+  if (policy == DCP_SIZES_TALL && it->n > 0)
+    level = fmax(level, least_alone(cfg, it, k0, by[0]));
   for (uint32_t x = 0; x < it->n; x++) {
     uint32_t i = by[x];
     uint32_t k = k0[i];
-    double u0 = dcp_item_cost(cfg, it, i, k), w0 = cfg->size[k] * u0, c = u0;
-    if (policy == DCP_SIZES_SPREAD && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
+    double u0 = w->c0[i], w0 = cfg->size[k] * u0, c = u0;
+    if (policy != DCP_SIZES_CHEAPEST && u0 + dcp_group_base(cfg, cfg->size[k]) > level) {
       double best = u0 + dcp_group_base(cfg, cfg->size[k]) - level, bw = w0;
       for (uint32_t q = k + 1; q < cfg->nsize; q = next_size(cfg, k, q)) {
         double uq = dcp_item_cost(cfg, it, i, q), wq = cfg->size[q] * uq;
@@ -158,12 +181,14 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
   for (uint32_t k = 0; k < ns; k++) {
     w->cnt[k] = 0;
     w->work[k] = 0;
+    w->top[k] = 0;
     vol[k] = 0;
   }
   for (uint32_t i = 0; i < it->n; i++) {
     uint32_t k = w->k[i];
     w->cnt[k]++;
     w->work[k] += cfg->size[k] * w->cost[i];
+    w->top[k] = fmax(w->top[k], w->cost[i]);
     vol[k] += dcp_item_aligned(cfg, it, i, k);
   }
   uint64_t width = 0, room = (uint64_t)m * cfg->pool;
@@ -178,19 +203,23 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
       lo = PK_MAX(lo, (w->cnt[k] + cfg->max_seqs - 1) / cfg->max_seqs);
     lo = PK_MAX(lo, 1);
     double want = level > 0 ? w->work[k] / (c * level) : 1;
-    uint64_t g = want >= (double)w->cnt[k] ? w->cnt[k] : (uint64_t)llround(want);
+    uint64_t g = want >= (double)w->cnt[k] ? w->cnt[k] : (uint64_t)ceil(want);
     w->lo[k] = lo;
     w->ngrp[k] = PK_MIN(PK_MAX(g, lo), w->cnt[k]);
     width += w->ngrp[k] * c;
   }
-  /* Too wide: drop a group from the class whose level rises least. */
+  /* Too wide: drop a group from the class whose level rises least. A
+   * class's level is its work per GPU of its groups, and at least its
+   * costliest sequence: a class of a few long sequences keeps a group per
+   * sequence while the many short ones give up GPUs (their level rises
+   * little). */
   while (width > room) {
     uint32_t best = UINT32_MAX;
     double bl = INFINITY;
     for (uint32_t k = 0; k < ns; k++) {
       if (w->ngrp[k] <= w->lo[k])
         continue;
-      double l = w->work[k] / ((double)(w->ngrp[k] - 1) * cfg->size[k]);
+      double l = fmax(w->work[k] / ((double)(w->ngrp[k] - 1) * cfg->size[k]), w->top[k]);
       if (l < bl) {
         bl = l;
         best = k;
@@ -209,7 +238,7 @@ static bool count_groups(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t m
     for (uint32_t k = 0; k < ns; k++) {
       if (w->ngrp[k] >= w->cnt[k] || width + cfg->size[k] > room)
         continue;
-      double l = w->work[k] / ((double)w->ngrp[k] * cfg->size[k]);
+      double l = fmax(w->work[k] / ((double)w->ngrp[k] * cfg->size[k]), w->top[k]);
       if (l > bl) {
         bl = l;
         best = k;
@@ -331,6 +360,7 @@ static int pack(dcp_state_t *s, scratch_t *w) {
 static void scratch_free(scratch_t *w) {
   free(w->k);
   free(w->cost);
+  free(w->c0);
   free(w->order);
   free(w->tmp);
   free(w->heap);
@@ -339,6 +369,9 @@ static void scratch_free(scratch_t *w) {
   free(w->lo);
   free(w->cnt);
   free(w->work);
+  free(w->top);
+  free(w->h);
+  free(w->rank);
 }
 
 /* One plan at m slots into s (initialised here). Returns 0, 1 when m slots
@@ -365,34 +398,25 @@ static int plan_at(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_
   return dcp_split(s);
 }
 
-/* Group cost of a sequence alone at its chosen size (arg: the n heights),
- * costliest first, ties by index. */
-static bool taller(const void *arg, uint32_t x, uint32_t y) {
-  const double *h = arg;
-  if (h[x] != h[y])
-    return h[x] > h[y];
-  return x < y;
-}
-
 /* One shelf plan (shelf.c) of a size policy, its level from m slots, then
- * the idle filling and levelling. Returns 0 or a negative code. */
+ * the idle filling and levelling. beat: the step to beat, where a plan at
+ * or above it cannot win (INFINITY: none); the plan stops in its packing
+ * once it shows it cannot (dcp_shelf). Returns 0, 1 when it stopped so, or
+ * a negative code. */
 static int plan_shelf(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
                       uint32_t m, uint32_t policy, const uint32_t *k0, const uint32_t *by,
-                      scratch_t *w, dcp_state_t *s) {
+                      double beat, scratch_t *w, dcp_state_t *s) {
   uint32_t n = it->n;
   choose_sizes(cfg, it, m, policy, k0, by, w);
-  double *h = (double *)malloc((size_t)n * sizeof *h);
-  if (h == NULL)
-    return PK_ENOMEM;
-  for (uint32_t i = 0; i < n; i++) {
-    w->order[i] = i;
+  double *h = w->h;
+  for (uint32_t i = 0; i < n; i++)
     h[i] = w->cost[i] + dcp_group_base(cfg, cfg->size[w->k[i]]);
-  }
-  pk_merge_sort_u32(w->order, w->tmp, n, taller, h);
-  free(h);
+  dcp_order_desc(h, n, w->order, w->rank);
   int rc = dcp_state_init(s, cfg, it, limits, n);
   if (rc == 0)
-    rc = dcp_shelf(s, w->k, w->order);
+    rc = dcp_shelf(s, w->k, w->order, beat);
+  if (rc == 1)
+    return 1;
   if (rc == 0 && pk_limits_stopped(limits))
     rc = PK_ECANCELED;
   if (rc == 0)
@@ -468,15 +492,16 @@ static int plan_fixed(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limi
   return rc;
 }
 
-/* Megatron-Core's scheduler, reproduced under the cap (megatron.c), as a
- * candidate: on the batches where its greedy happens to do well, AUTO is
- * then at least as good. Returns 0 or a negative code. */
+/* One of Megatron-Core's schedulers, reproduced under the cap (algo:
+ * megatron.c's or packaware.c's), as a candidate: on the batches where its
+ * greedy happens to do well, AUTO is then at least as good. Returns 0 or a
+ * negative code. */
 static int plan_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
-                         dcp_state_t *s) {
+                         dcp_algo_fn algo, dcp_state_t *s) {
   dcp_assign_t a;
   int rc = dcp_assign_init(&a, it->n, 64);
   if (rc == 0)
-    rc = dcp_megatron(cfg, it, limits, &a, NULL, 0);
+    rc = algo(cfg, it, limits, &a, NULL, 0);
   if (rc == 0)
     rc = dcp_state_init(s, cfg, it, limits, a.slots);
   for (uint32_t q = 0; q < a.ngroups && rc == 0; q++) {
@@ -509,8 +534,18 @@ static uint64_t idle_of(const dcp_state_t *s) {
 
 /* Keeps cur when it leaves fewer GPUs idle than *best, or as many at a
  * lower step (cur is emptied then): a plan leaves a GPU idle only when no
- * candidate could avoid it. */
-static void keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) {
+ * candidate could avoid it. On batches of up to DCP_LEVEL_ALL_MAX_N
+ * sequences a candidate within DCP_LEVEL_ALL_SLACK of the best step so far
+ * is levelled first: one whose groups are right but whose sequences are
+ * dealt badly (two long ones sharing a group while another group has room)
+ * often levels to the best plan. Returns 0 or the levelling's error. */
+static int keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) {
+  if (cur->it->n <= DCP_LEVEL_ALL_MAX_N &&
+      dcp_state_step(cur) < *best_step * (1 + DCP_LEVEL_ALL_SLACK)) {
+    int rc = dcp_level(cur);
+    if (rc != 0)
+      return rc;
+  }
   double step = dcp_state_step(cur);
   uint64_t idle = idle_of(cur), best_idle = best->g != NULL ? idle_of(best) : UINT64_MAX;
   if (idle < best_idle || (idle == best_idle && step < *best_step)) {
@@ -519,6 +554,7 @@ static void keep_better(dcp_state_t *best, dcp_state_t *cur, double *best_step) 
     *best = *cur;
     memset(cur, 0, sizeof *cur);
   }
+  return 0;
 }
 
 int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
@@ -529,6 +565,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   uint32_t *by = pk_malloc_array(n, sizeof *by);
   w.k = pk_malloc_array(n, sizeof *w.k);
   w.cost = pk_malloc_array(n, sizeof *w.cost);
+  w.c0 = pk_malloc_array(n, sizeof *w.c0);
   w.order = pk_malloc_array(n, sizeof *w.order);
   w.tmp = pk_malloc_array(n, sizeof *w.tmp);
   w.heap = pk_malloc_array(n, sizeof *w.heap);
@@ -537,45 +574,65 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   w.lo = pk_malloc_array(ns, sizeof *w.lo);
   w.cnt = pk_malloc_array(ns, sizeof *w.cnt);
   w.work = pk_malloc_array(ns, sizeof *w.work);
+  w.top = pk_malloc_array(ns, sizeof *w.top);
+  w.h = pk_malloc_array(n, sizeof *w.h);
+  w.rank = pk_malloc_array(2 * (size_t)n, sizeof *w.rank);
   dcp_state_t best = {0}, cur = {0};
   double best_step = INFINITY;
   int rc = 0;
-  if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.order == NULL ||
-      w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL || w.lo == NULL ||
-      w.cnt == NULL || w.work == NULL) {
+  if (k0 == NULL || by == NULL || w.k == NULL || w.cost == NULL || w.c0 == NULL ||
+      w.order == NULL || w.tmp == NULL || w.heap == NULL || w.room == NULL || w.ngrp == NULL ||
+      w.lo == NULL || w.cnt == NULL || w.work == NULL || w.h == NULL || w.rank == NULL ||
+      w.top == NULL) {
     rc = pk_fail(err, errlen, PK_ENOMEM, "lengths: out of memory for %u sequences", n);
     goto done;
   }
   for (uint32_t i = 0; i < n; i++) {
     k0[i] = cheapest(cfg, it, i);
-    by[i] = i;
+    w.c0[i] = dcp_item_cost(cfg, it, i, k0[i]);
   }
-  for (uint32_t i = 0; i < n; i++)
-    w.cost[i] = dcp_item_cost(cfg, it, i, k0[i]);
-  pk_merge_sort_u32(by, w.tmp, n, costlier, w.cost);
+  dcp_order_desc(w.c0, n, by, w.rank);
   /* Shelf plans: every sequence at its cheapest size, then spread with the
    * level of the slot count the first plan used. */
-  uint32_t m_shelf = dcp_slots_lower_bound(cfg, it);
-  for (uint32_t policy = 0; policy < DCP_SIZE_POLICIES; policy++) {
-    rc = plan_shelf(cfg, it, limits, m_shelf, policy, k0, by, &w, &cur);
-    if (rc != 0)
+  uint32_t m_lb = dcp_slots_lower_bound(cfg, it), m_shelf = m_lb;
+  /* The third policy only where the costliest sequence's slot is a fair
+   * share of the step (its least height against the pool work over the
+   * pool): with hundreds of slots one tall slot hardly matters. */
+  double pool_work = 0;
+  for (uint32_t i = 0; i < n; i++)
+    pool_work += cfg->size[k0[i]] * w.c0[i];
+  uint32_t shelves = DCP_SHELF_POLICIES;
+  if (n == 0 || least_alone(cfg, it, k0, by[0]) < DCP_TALL_MIN_SHARE * pool_work / cfg->pool)
+    shelves = DCP_SIZE_POLICIES;
+  for (uint32_t policy = 0; policy < shelves; policy++) {
+    /* Only a plan with fewer idle GPUs could win at a higher step. */
+    double beat = best.g != NULL && idle_of(&best) == 0 ? best_step : INFINITY;
+    rc = plan_shelf(cfg, it, limits, m_shelf, policy, k0, by, beat, &w, &cur);
+    if (rc < 0)
       goto fail;
     if (policy == DCP_SIZES_CHEAPEST)
       m_shelf = cur.m;
-    keep_better(&best, &cur, &best_step);
+    if (rc == 0)
+      rc = keep_better(&best, &cur, &best_step);
+    if (rc < 0)
+      goto fail;
+    rc = 0;
     dcp_state_free(&cur);
   }
   rc = plan_fixed(cfg, it, limits, &cur);
   if (rc < 0)
     goto fail;
   if (rc == 0)
-    keep_better(&best, &cur, &best_step);
+    rc = keep_better(&best, &cur, &best_step);
+  if (rc < 0)
+    goto fail;
   dcp_state_free(&cur);
   if (n <= DCP_CLASS_MAX_N) {
-    rc = plan_megatron(cfg, it, limits, &cur);
+    rc = plan_megatron(cfg, it, limits, dcp_megatron, &cur);
+    if (rc == 0)
+      rc = keep_better(&best, &cur, &best_step);
     if (rc < 0)
       goto fail;
-    keep_better(&best, &cur, &best_step);
     dcp_state_free(&cur);
   }
   /* Class plans at counts from the bound up, on batches small enough for
@@ -583,7 +640,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
   /* Counts that do not pack are skipped in growing steps (1, 2, 4, ...):
    * near the bound a class packing often misses by a few slots, and each
    * miss costs a packing. */
-  uint32_t m = dcp_slots_lower_bound(cfg, it), extra = 0, step = 1;
+  uint32_t m = m_lb, extra = 0, step = 1;
   for (; n <= DCP_CLASS_MAX_N && m <= n && extra <= DCP_EXTRA_COUNTS; m += step) {
     if (dcp_step_lower_bound(cfg, it, m) >= best_step * (1 - 1e-9))
       break;
@@ -594,7 +651,9 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
         goto fail;
       if (rc == 0) {
         packed = true;
-        keep_better(&best, &cur, &best_step);
+        rc = keep_better(&best, &cur, &best_step);
+        if (rc < 0)
+          goto fail;
       }
       dcp_state_free(&cur);
     }
@@ -606,10 +665,29 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
     rc = pk_fail(err, errlen, PK_EINTERNAL, "dynamic CP: no slot count up to %u packs", n);
     goto done;
   }
-  /* Levelling, on the winner only (it is the costliest stage). */
-  rc = dcp_level(&best);
+  /* Levelling, on the winner only on large batches (it is the costliest
+   * stage); small ones levelled every candidate. */
+  if (n > DCP_LEVEL_ALL_MAX_N)
+    rc = dcp_level(&best);
   if (rc != 0)
     goto fail;
+  /* Megatron-Core's packing-aware scheduler (packaware.c) against the
+   * levelled winner (set beside the others before levelling, it could win
+   * there and lose after), and levelled in turn where it wins (keep_better
+   * levels it first on batches it levels every candidate of, else it is
+   * levelled once kept; keep_better empties cur when it keeps it): AUTO is
+   * at least as good as both. */
+  if (n <= DCP_PA_MAX_N) {
+    best_step = dcp_state_step(&best);
+    rc = plan_megatron(cfg, it, limits, dcp_megatron_packing, &cur);
+    if (rc == 0)
+      rc = keep_better(&best, &cur, &best_step);
+    if (rc == 0 && cur.g == NULL && n > DCP_LEVEL_ALL_MAX_N)
+      rc = dcp_level(&best);
+    if (rc < 0)
+      goto fail;
+    dcp_state_free(&cur);
+  }
   rc = dcp_state_export(&best, out);
   if (rc != 0)
     pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", n);

@@ -6,13 +6,17 @@
  * over pool x cap slots, nor fewer than n / (max_seqs x groups per slot).
  *
  * Step: a slot costs its costliest GPU, which is at least per_micro_batch
- * plus the mean over the pool of the sequences' costs in it; summed over
- * slots, at least slots x per_micro_batch plus every sequence's least pool
- * work (c x its per-GPU cost, least over the sizes it may use) over the
- * pool. And the slot of the costliest sequence costs at least that
+ * plus the mean over the pool of its groups' other costs (cp_group terms
+ * and sequences); summed over slots, at least slots x per_micro_batch plus
+ * every sequence's least pool work (c x its per-GPU cost, least over the
+ * sizes it may use, plus its share of the cp_group terms, group_share)
+ * over the pool. And the slot of the costliest sequence costs at least that
  * sequence alone in its cheapest group; the other slots at least
- * per_micro_batch each. Both grow with the slot count, so the bound at the
- * least slot count holds for every plan. */
+ * per_micro_batch each. The threshold bound (below) charges the extra work
+ * of spreading the costliest sequences; the tall-slot bound (below) charges
+ * the work that the slots holding them cannot take because of the per-GPU
+ * cap. All grow with the slot count, so the bound at the least slot count
+ * holds for every plan. */
 #include <math.h>
 
 #include <stdlib.h>
@@ -22,6 +26,27 @@
 
 static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t *tokens,
                   double *work);
+static double dcp_tall_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots,
+                             double work, const uint64_t *t, const double *w);
+
+/* The `top` longest sequences, longest first, into idx (a partial
+ * selection, O(n x top)); returns how many (min(n, top)). */
+static uint32_t longest(const dcp_items_t *it, uint32_t top, uint32_t *idx) {
+  uint32_t got = 0;
+  for (uint32_t i = 0; i < it->n; i++) {
+    uint32_t at = got < top ? got++ : top;
+    if (at == top && it->len[i] <= it->len[idx[top - 1]])
+      continue;
+    if (at == top)
+      at = top - 1;
+    while (at > 0 && it->len[idx[at - 1]] < it->len[i]) {
+      idx[at] = idx[at - 1];
+      at--;
+    }
+    idx[at] = i;
+  }
+  return got;
+}
 
 /* The threshold bound. Every sequence i runs at some size c where it costs
  * h_c(i) per GPU alone (group terms included) and w_c(i) of pool work; the
@@ -46,20 +71,7 @@ static double dcp_threshold_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, u
   double best = 0;
   if (idx == NULL || cheap == NULL || cand == NULL)
     goto done;
-  /* The `top` longest sequences (a partial selection, O(n x top)). */
-  uint32_t got = 0;
-  for (uint32_t i = 0; i < it->n; i++) {
-    uint32_t at = got < top ? got++ : top;
-    if (at == top && it->len[i] <= it->len[idx[top - 1]])
-      continue;
-    if (at == top)
-      at = top - 1;
-    while (at > 0 && it->len[idx[at - 1]] < it->len[i]) {
-      idx[at] = idx[at - 1];
-      at--;
-    }
-    idx[at] = i;
-  }
+  top = longest(it, top, idx);
   uint32_t nc = 0;
   for (uint32_t x = 0; x < top; x++) {
     uint64_t t;
@@ -107,13 +119,197 @@ done:
   return best;
 }
 
+/* The least per-GPU cost of sequence i alone in a group of any size it may
+ * use, group terms included. With any-size groups only the first sizes are
+ * scanned; past them a size c costs at least the terms that do not fall
+ * with c (per_sequence, per_micro_batch, cp_group (c - 1) and
+ * cp_token a (c - 1) / c, all nondecreasing in c), which the result never
+ * exceeds. */
+static double least_height(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i) {
+  uint32_t k0 = it->kmin[i], end = cfg->nsize;
+  if (cfg->sizes == PK_DCP_SIZES_ANY)
+    end = PK_MIN(cfg->nsize, k0 + DCP_BOUND_ANY_SIZES);
+  double h = INFINITY;
+  for (uint32_t k = k0; k < end; k++)
+    h = fmin(h, dcp_group_base(cfg, cfg->size[k]) + dcp_item_cost(cfg, it, i, k));
+  if (end < cfg->nsize) {
+    double c = cfg->size[end];
+    h = fmin(h, dcp_group_base(cfg, cfg->size[end]) + cfg->base.seq +
+                    cfg->cp_token * (double)it->len[i] * (c - 1) / c);
+  }
+  return h;
+}
+
+/* Denser first (arg: least work per least aligned token), ties by index. */
+static bool denser(const void *arg, uint32_t x, uint32_t y) {
+  const double *d = arg;
+  if (d[x] != d[y])
+    return d[x] > d[y];
+  return x < y;
+}
+
+/* Reorders by[0 .. n) so that a prefix holds the densest sequences (d:
+ * density, t: least tokens) up to at least `want` tokens, all of them when
+ * the batch has fewer, and returns its length: a weighted quickselect,
+ * O(n) expected, so that only that prefix needs sorting. A sequence outside
+ * the prefix is no denser than every one of the first `want` tokens'. */
+static uint32_t densest_prefix(uint32_t *by, uint32_t n, const double *d, const uint64_t *t,
+                               uint64_t want) {
+  uint32_t lo = 0, hi = n;
+  while (hi - lo > 16) {
+    double p = d[by[lo + (hi - lo) / 2]];
+    /* Three ways: [lo, gt) denser than p, [gt, eq) as dense, [eq, hi) less. */
+    uint32_t gt = lo, eq = lo, at = lo, end = hi;
+    while (at < end) {
+      uint32_t v = by[at];
+      if (d[v] > p) {
+        by[at] = by[eq];
+        by[eq] = by[gt];
+        by[gt] = v;
+        gt++;
+        eq++;
+        at++;
+      } else if (d[v] == p) {
+        by[at] = by[eq];
+        by[eq] = v;
+        eq++;
+        at++;
+      } else {
+        end--;
+        by[at] = by[end];
+        by[end] = v;
+      }
+    }
+    uint64_t sum_gt = 0, sum_eq = 0;
+    for (uint32_t x = lo; x < gt; x++)
+      sum_gt += t[by[x]];
+    for (uint32_t x = gt; x < eq; x++)
+      sum_eq += t[by[x]];
+    if (sum_gt >= want) {
+      hi = gt;
+    } else if (sum_gt + sum_eq >= want) {
+      return eq;
+    } else {
+      want -= sum_gt + sum_eq;
+      lo = eq;
+    }
+  }
+  return hi;
+}
+
+/* The tall-slot bound. Let A be the q + 1 longest sequences and tau the
+ * least single-sequence height (least_height) among them, h0 the largest.
+ * Every slot that holds a sequence of A costs at least tau (at least h0 for
+ * the one holding the longest); say r slots hold A (1 <= r <= q + 1, and
+ * r x pool x cap is at least A's least tokens). Their GPUs hold at most
+ * pool x cap aligned tokens each slot (the cap, summed over the pool), so
+ * the least work of the sequences they hold is at most D(r x pool x cap):
+ * the most least work of any set of sequences of that many least tokens,
+ * which the densest sequences first (work per token), the last one cut,
+ * bound from above (a fractional knapsack). Every other slot costs at least
+ * per_micro_batch plus the least work it holds over the pool (its
+ * costliest GPU is at least the mean), so those slots cost at least
+ * (work - D) / pool in all. A plan's step is then at least
+ *   h0 + (r - 1) tau_r + (slots - r)+ per_micro_batch + (work - D)+ / pool,
+ * with tau_r x (r - 1) the sum of the r - 1 least heights of A (the slots
+ * other than the longest's hold one of A each at least); the least of this
+ * over the r a plan may have is a bound, and so the largest of those over
+ * q. It bites when the longest sequences need tall slots (a long sequence
+ * spread over a few GPUs) while the cap keeps the other GPUs of those slots
+ * from taking their share of the work: the work then needs other slots. */
+static double dcp_tall_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots,
+                             double work, const uint64_t *t, const double *w) {
+  uint32_t n = it->n, top = PK_MIN(n, DCP_BOUND_TALL_TOP);
+  uint32_t *idx = pk_malloc_array(top, sizeof *idx);
+  double *h = pk_malloc_array(top, sizeof *h);
+  double *dcap = pk_malloc_array(top, sizeof *dcap);
+  uint32_t *by = pk_malloc_array(n, sizeof *by);
+  uint32_t *tmp = pk_malloc_array(n, sizeof *tmp);
+  double *d = pk_malloc_array(n, sizeof *d);
+  double best = 0;
+  if (idx == NULL || h == NULL || dcap == NULL || by == NULL || tmp == NULL || d == NULL)
+    goto done;
+  top = longest(it, top, idx);
+  for (uint32_t x = 0; x < top; x++)
+    h[x] = least_height(cfg, it, idx[x]);
+  for (uint32_t i = 0; i < n; i++) {
+    d[i] = w[i] / (double)t[i];
+    by[i] = i;
+  }
+  /* Only the densest top x pool x cap tokens are ever taken: select them,
+   * then sort those alone. */
+  uint64_t per_slot = (uint64_t)cfg->pool * cfg->cap, taken = 0;
+  uint32_t cnt = densest_prefix(by, n, d, t, per_slot * top);
+  pk_merge_sort_u32(by, tmp, cnt, denser, d);
+  /* D(r x pool x cap) for r = 1 .. top, one pass over the densest. */
+  double got = 0;
+  uint32_t at = 0;
+  for (uint32_t r = 1; r <= top; r++) {
+    uint64_t want = per_slot * r;
+    while (at < cnt && taken + t[by[at]] <= want) {
+      taken += t[by[at]];
+      got += w[by[at]];
+      at++;
+    }
+    double part = at < cnt ? w[by[at]] * (double)(want - taken) / (double)t[by[at]] : 0;
+    dcap[r - 1] = got + part;
+  }
+  double micro = cfg->base.micro;
+  uint64_t tokens = 0;
+  for (uint32_t q = 0; q < top; q++) {
+    tokens += t[idx[q]];
+    uint64_t rmin = PK_MAX((tokens + per_slot - 1) / per_slot, 1);
+    /* The r - 1 least heights of A, summed from the shortest up. */
+    double least_r = INFINITY, lows = 0;
+    for (uint32_t r = 1; r <= q + 1; r++) {
+      if (r >= 2)
+        lows += h[q + 2 - r];
+      if (r < rmin)
+        continue;
+      double rest = r < slots ? (slots - r) * micro : 0;
+      double f = h[0] + lows + rest + fmax(work - dcap[r - 1], 0) / cfg->pool;
+      least_r = fmin(least_r, f);
+    }
+    if (least_r != INFINITY)
+      best = fmax(best, least_r);
+  }
+done:
+  free(idx);
+  free(h);
+  free(dcap);
+  free(by);
+  free(tmp);
+  free(d);
+  return best;
+}
+
+/* Sequence i's share of its group's cp_group terms, `tokens` being its
+ * least aligned length: a group of c GPUs holds at most c x cap aligned
+ * tokens and costs the pool c x cp_group (c - 1), so at least
+ * cp_group (c - 1) / cap per token, and c is at least the sequence's
+ * smallest size. Charging each sequence cp_group (c_min - 1) / cap per
+ * least token therefore never exceeds the cp_group work a plan pays. */
+static double group_share(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i,
+                          uint64_t tokens) {
+  return cfg->cp_group * (double)(cfg->size[it->kmin[i]] - 1) * (double)tokens / (double)cfg->cap;
+}
+
 /* The least aligned length and pool work of sequence i over the sizes it
- * may use. With any-size groups the scan over every size would be n x pool,
- * so the bound uses the real length and the smallest usable size there,
- * which every term only raises. */
+ * may use (its sequence terms; group_share is added apart). With any-size
+ * groups the scan over every size would be n x pool, so the bound uses the
+ * real length and the smallest usable size there, which every term only
+ * raises. */
 static void least(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t i, uint64_t *tokens,
                   double *work) {
   uint32_t k0 = it->kmin[i];
+  if (cfg->sizes == PK_DCP_SIZES_POW2 && (cfg->pool & (cfg->pool - 1)) == 0) {
+    /* Every size a power of two: each size's alignment divides the next
+     * one's, so the aligned length, and with it every term of the pool
+     * work, only grows with the size. The least is at the smallest. */
+    *tokens = dcp_item_aligned(cfg, it, i, k0);
+    *work = cfg->size[k0] * dcp_seq_cost(cfg, cfg->size[k0], *tokens);
+    return;
+  }
   if (cfg->sizes == PK_DCP_SIZES_ANY) {
     uint32_t c = cfg->size[k0];
     uint64_t l = it->len[i];
@@ -151,11 +347,20 @@ uint32_t dcp_slots_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it) {
 double dcp_step_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_t slots) {
   double work = 0;
   uint32_t longest = 0;
+  /* Every sequence's least tokens and work, kept for the tall-slot bound
+   * (which is skipped when out of memory: a bound only weakens). */
+  uint64_t *ts = pk_malloc_array(it->n, sizeof *ts);
+  double *ws = pk_malloc_array(it->n, sizeof *ws);
   for (uint32_t i = 0; i < it->n; i++) {
     uint64_t t;
     double w;
     least(cfg, it, i, &t, &w);
+    w += group_share(cfg, it, i, t); /* Whatever the size: see group_share. */
     work += w;
+    if (ts != NULL && ws != NULL) {
+      ts[i] = t;
+      ws[i] = w;
+    }
     if (it->len[i] > it->len[longest])
       longest = i;
   }
@@ -168,5 +373,10 @@ double dcp_step_lower_bound(const dcp_cfg_t *cfg, const dcp_items_t *it, uint32_
   for (uint32_t k = it->kmin[longest]; k < cfg->nsize; k++)
     alone = fmin(alone, dcp_group_base(cfg, cfg->size[k]) + dcp_item_cost(cfg, it, longest, k));
   double by_one = alone + (slots - 1) * micro;
-  return fmax(fmax(by_work, by_one), dcp_threshold_bound(cfg, it, slots, work));
+  double b = fmax(fmax(by_work, by_one), dcp_threshold_bound(cfg, it, slots, work));
+  if (ts != NULL && ws != NULL)
+    b = fmax(b, dcp_tall_bound(cfg, it, slots, work, ts, ws));
+  free(ts);
+  free(ws);
+  return b;
 }

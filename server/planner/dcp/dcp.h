@@ -6,9 +6,11 @@
  * sequences to groups and of groups to slots -> the plan and its bounds
  * (plan.c, cost.c). AUTO (auto.c) keeps the cheapest of its candidates:
  * packd's fixed-CP AUTO at one size, shelf plans (shelf.c), class plans
- * (auto.c, slots.c) and Megatron-Core's scheduler (megatron.c), each with
- * idle GPUs given work (slots.c) and groups split into halves (split.c);
- * the winner is levelled (level.c). Tunables: knobs.h. */
+ * (auto.c, slots.c) and Megatron-Core's balanced scheduler (megatron.c),
+ * each with idle GPUs given work (slots.c) and groups split into halves
+ * (split.c); the winner is levelled (level.c) and set beside Megatron-Core's
+ * packing-aware scheduler (packaware.c), levelled where it wins. Sorts:
+ * order.c. Tunables: knobs.h. */
 #ifndef PK_DCP_INTERNAL_H
 #define PK_DCP_INTERNAL_H
 
@@ -61,8 +63,13 @@ static inline uint64_t dcp_align(const dcp_cfg_t *cfg, uint32_t c) {
   return (uint64_t)c * cfg->tp * (cfg->cp_algo == PK_CP_ZIGZAG ? 2u : 1u);
 }
 
+/* Every cost below starts here, so the usual power-of-two alignment rounds
+ * with a mask instead of a division. */
 static inline uint64_t dcp_aligned(const dcp_cfg_t *cfg, uint32_t c, uint32_t len) {
-  return pk_round_up(len, dcp_align(cfg, c));
+  uint64_t a = dcp_align(cfg, c);
+  if ((a & (a - 1)) == 0)
+    return ((uint64_t)len + a - 1) & ~(a - 1);
+  return pk_round_up(len, a);
 }
 
 /* A sequence's cost per GPU in a group of c GPUs (without the group's own
@@ -141,6 +148,28 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
              dcp_assign_t *out, char *err, size_t errlen);
 int dcp_megatron(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
                  dcp_assign_t *out, char *err, size_t errlen);
+int dcp_megatron_packing(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                         dcp_assign_t *out, char *err, size_t errlen);
+/* The signature the reproductions share (AUTO takes each as a candidate). */
+typedef int (*dcp_algo_fn)(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *limits,
+                           dcp_assign_t *out, char *err, size_t errlen);
+
+/* out[0 .. n): 0 .. n - 1 by key descending, ties by index (order.c;
+ * scratch: 2 n entries). Keys finite. */
+typedef struct dcp_rank {
+  uint64_t key;
+  uint32_t idx;
+} dcp_rank_t;
+void dcp_order_desc(const double *key, uint32_t n, uint32_t *out, dcp_rank_t *scratch);
+
+/* A sort key: major ascending, then minor descending, then idx ascending
+ * (order.c). dcp_sort_keys sorts a[0 .. n) (tmp: n scratch entries) with
+ * the comparisons inline, for the many short sorts of one plan. */
+typedef struct dcp_key {
+  uint32_t major, idx;
+  double minor;
+} dcp_key_t;
+void dcp_sort_keys(dcp_key_t *a, dcp_key_t *tmp, uint32_t n);
 
 /* The size index of group size c, or UINT32_MAX when c is not allowed. */
 uint32_t dcp_size_index(const dcp_cfg_t *cfg, uint32_t c);

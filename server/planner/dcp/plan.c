@@ -68,7 +68,7 @@ int dcp_build(const pk_dcp_request_t *req, const dcp_cfg_t *cfg, const dcp_items
     goto done;
   }
   plan->storage_ = st;
-  st->groups = pk_calloc(ng, sizeof *st->groups);
+  st->groups = pk_malloc_array(ng, sizeof *st->groups); /* Each set whole below. */
   st->gpu_group = pk_malloc_array((size_t)a->slots * pool, sizeof *st->gpu_group);
   st->seqs = pk_malloc_array(n, sizeof *st->seqs);
   st->cu = pk_malloc_array((size_t)n + ng, sizeof *st->cu);
@@ -78,9 +78,22 @@ int dcp_build(const pk_dcp_request_t *req, const dcp_cfg_t *cfg, const dcp_items
     rc = PK_ENOMEM;
     goto done;
   }
+  /* Groups by slot and first GPU: each group marks its first GPU-slot and
+   * a scan reads them in order (a linear pass over an array the plan fills
+   * anyway); groups that share a first GPU-slot are sorted instead. */
+  for (size_t x = 0; x < (size_t)a->slots * pool; x++)
+    st->gpu_group[x] = UINT32_MAX;
   for (uint32_t q = 0; q < ng; q++)
-    order[q] = q;
-  pk_merge_sort_u32(order, tmp, ng, group_before, a);
+    st->gpu_group[(size_t)a->slot[q] * pool + a->first[q]] = q;
+  uint32_t seen = 0;
+  for (size_t x = 0; x < (size_t)a->slots * pool && seen < ng; x++)
+    if (st->gpu_group[x] != UINT32_MAX)
+      order[seen++] = st->gpu_group[x];
+  if (seen != ng) {
+    for (uint32_t q = 0; q < ng; q++)
+      order[q] = q;
+    pk_merge_sort_u32(order, tmp, ng, group_before, a);
+  }
   for (uint32_t r = 0; r < ng; r++)
     rank[order[r]] = r;
   /* Members per group (counting sort by group rank, sequence order kept). */
@@ -88,19 +101,17 @@ int dcp_build(const pk_dcp_request_t *req, const dcp_cfg_t *cfg, const dcp_items
     fill[rank[a->seq_group[i]] + 1]++;
   for (uint32_t r = 0; r < ng; r++)
     fill[r + 1] += fill[r];
-  for (size_t x = 0; x < (size_t)a->slots * pool; x++)
-    st->gpu_group[x] = UINT32_MAX;
   pk_dcp_stats_t *stats = &plan->stats;
   for (uint32_t r = 0; r < ng; r++) {
     uint32_t q = order[r];
     pk_dcp_group_t *g = &st->groups[r];
-    g->slot = a->slot[q];
-    g->first = a->first[q];
-    g->size = cfg->size[a->gk[q]];
-    g->align = (uint32_t)dcp_align(cfg, g->size);
-    g->seqs = st->seqs + fill[r];
-    g->cu_seqlens = st->cu + fill[r] + r;
-    g->cu_seqlens_padded = st->cu_pad + fill[r] + r;
+    *g = (pk_dcp_group_t){.slot = a->slot[q],
+                          .first = a->first[q],
+                          .size = cfg->size[a->gk[q]],
+                          .align = (uint32_t)dcp_align(cfg, cfg->size[a->gk[q]]),
+                          .seqs = st->seqs + fill[r],
+                          .cu_seqlens = st->cu + fill[r] + r,
+                          .cu_seqlens_padded = st->cu_pad + fill[r] + r};
     st->cu[fill[r] + r] = 0;
     st->cu_pad[fill[r] + r] = 0;
     for (uint32_t x = 0; x < g->size; x++)
@@ -172,6 +183,9 @@ done:
   return rc;
 }
 
+/* The algorithms by pk_dcp_algo_t (validation keeps cfg.algo in range). */
+static const dcp_algo_fn algos[PK_DCP_ALGO_COUNT] = {dcp_auto, dcp_megatron, dcp_megatron_packing};
+
 int pk_dcp_plan(const pk_dcp_request_t *req, const pk_limits_t *limits, pk_dcp_plan_t **out,
                 char *err, size_t errlen) {
   uint64_t t0 = now_us();
@@ -197,8 +211,7 @@ int pk_dcp_plan(const pk_dcp_request_t *req, const pk_limits_t *limits, pk_dcp_p
     pk_fail(err, errlen, rc, "lengths: out of memory for %u sequences", it.n);
     goto done;
   }
-  rc = cfg.algo == PK_DCP_MEGATRON ? dcp_megatron(&cfg, &it, limits, &a, err, errlen)
-                                   : dcp_auto(&cfg, &it, limits, &a, err, errlen);
+  rc = algos[cfg.algo](&cfg, &it, limits, &a, err, errlen);
   if (rc != 0)
     goto done;
   rc = dcp_build(req, &cfg, &it, &a, out, err, errlen);
@@ -254,7 +267,7 @@ double pk_dcp_step_lower_bound(const pk_dcp_request_t *req, uint32_t *slots_lowe
 }
 
 static const char *const sizes_names[PK_DCP_SIZES_COUNT] = {"pow2", "any"};
-static const char *const algo_names[PK_DCP_ALGO_COUNT] = {"auto", "megatron"};
+static const char *const algo_names[PK_DCP_ALGO_COUNT] = {"auto", "megatron", "megatron_packing"};
 
 const char *pk_dcp_sizes_name(uint32_t v) {
   return v < PK_DCP_SIZES_COUNT ? sizes_names[v] : NULL;

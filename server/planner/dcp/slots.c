@@ -32,12 +32,23 @@ static bool place_before(const void *arg, uint32_t x, uint32_t y) {
 
 /* Recomputes slot j's first GPUs (largest first, left to right) and its
  * costliest group; false when the sizes do not tile (a block would not be
- * aligned), the state then unchanged but for firsts. */
-static bool retile(dcp_state_t *s, uint32_t j, uint32_t *buf, uint32_t *tmp) {
-  uint32_t cnt = 0;
+ * aligned), the state then unchanged but for firsts. buf: the slot's
+ * groups in place_before's order on return; key: 2 x pool + 2 scratch
+ * keys (a slot that tiles has at most pool groups). */
+static bool retile(dcp_state_t *s, uint32_t j, uint32_t *buf, dcp_key_t *key) {
+  uint32_t cnt = 0, ns = s->cfg->nsize;
+  for (uint32_t q = s->shead[j]; q != UINT32_MAX; q = s->g[q].snext, cnt++)
+    if (cnt > s->cfg->pool)
+      return false; /* Every group takes a GPU at least. */
+  /* In the order the groups joined the slot (the list is a stack): groups
+   * of a size usually join costliest first, so runs come in order. */
+  uint32_t at = cnt;
   for (uint32_t q = s->shead[j]; q != UINT32_MAX; q = s->g[q].snext)
-    buf[cnt++] = q;
-  pk_merge_sort_u32(buf, tmp, cnt, place_before, s);
+    key[--at] = (dcp_key_t){.major = ns - 1 - s->g[q].k, .idx = q, .minor = s->g[q].load};
+  /* place_before's order: sizes ascend with their index. */
+  dcp_sort_keys(key, key + cnt, cnt);
+  for (uint32_t r = 0; r < cnt; r++)
+    buf[r] = key[r].idx;
   uint32_t pos = 0;
   double mx = 0;
   for (uint32_t r = 0; r < cnt; r++) {
@@ -87,7 +98,7 @@ static uint32_t split(dcp_state_t *s, uint32_t q, uint32_t j, uint32_t *mem) {
 }
 
 /* One step of filling slot j: true when a group split or grew. */
-static int fill_step(dcp_state_t *s, uint32_t j, uint32_t *buf, uint32_t *tmp, uint32_t *mem) {
+static int fill_step(dcp_state_t *s, uint32_t j, uint32_t *buf, dcp_key_t *tmp, uint32_t *mem) {
   const dcp_cfg_t *cfg = s->cfg;
   uint32_t free_gpus = cfg->pool - s->used[j];
   /* Candidates of slot j, costliest first. */
@@ -135,7 +146,7 @@ static int fill_step(dcp_state_t *s, uint32_t j, uint32_t *buf, uint32_t *tmp, u
 /* A slot without groups takes half of the costliest group with two or more
  * sequences; failing that, the costliest group of a slot with two or more
  * groups moves there whole (it then grows into the slot). */
-static int seed_empty(dcp_state_t *s, uint32_t j, uint32_t *buf, uint32_t *tmp, uint32_t *mem) {
+static int seed_empty(dcp_state_t *s, uint32_t j, uint32_t *buf, dcp_key_t *tmp, uint32_t *mem) {
   uint32_t best = UINT32_MAX, alone = UINT32_MAX;
   /* A slot holds two groups or more when one of them is narrower than the
    * slot's used GPUs. */
@@ -216,7 +227,7 @@ int dcp_fill(dcp_state_t *s) {
   const dcp_cfg_t *cfg = s->cfg;
   uint32_t n = s->it->n;
   uint32_t *buf = pk_malloc_array((size_t)2 * n + 1, sizeof *buf);
-  uint32_t *tmp = pk_malloc_array((size_t)2 * n + 1, sizeof *tmp);
+  dcp_key_t *tmp = pk_malloc_array((size_t)2 * cfg->pool + 2, sizeof *tmp);
   uint32_t *mem = pk_malloc_array(n, sizeof *mem);
   int rc = 0;
   if (buf == NULL || tmp == NULL || mem == NULL) {

@@ -64,29 +64,18 @@ static uint32_t halve(dcp_state_t *s, uint32_t q, uint32_t kh, uint32_t *mem, ui
   return h;
 }
 
-typedef struct cost_at {
-  const dcp_state_t *s;
-  uint32_t k;
-} cost_at_t;
-
-static bool costlier_at(const void *arg, uint32_t x, uint32_t y) {
-  const cost_at_t *a = arg;
-  double cx = dcp_item_cost(a->s->cfg, a->s->it, x, a->k);
-  double cy = dcp_item_cost(a->s->cfg, a->s->it, y, a->k);
-  if (cx != cy)
-    return cx > cy;
-  return x < y;
-}
-
 int dcp_split(dcp_state_t *s) {
   const dcp_cfg_t *cfg = s->cfg;
   if (cfg->sizes != PK_DCP_SIZES_POW2)
     return 0; /* Any-size groups grow and shrink freely in the filling. */
-  uint32_t n = s->it->n;
-  uint32_t *mem = pk_malloc_array(n, sizeof *mem);
-  uint32_t *tmp = pk_malloc_array(n, sizeof *tmp);
+  /* Halves hold fewer members than the group they come from. */
+  uint32_t most = 1;
+  for (uint32_t q = 0; q < s->ng; q++)
+    most = PK_MAX(most, s->g[q].count);
+  uint32_t *mem = pk_malloc_array(most, sizeof *mem);
+  dcp_key_t *key = pk_malloc_array(2 * (size_t)most, sizeof *key);
   int rc = 0;
-  if (mem == NULL || tmp == NULL) {
+  if (mem == NULL || key == NULL) {
     rc = PK_ENOMEM;
     goto done;
   }
@@ -99,20 +88,26 @@ int dcp_split(dcp_state_t *s) {
     }
     dcp_grp_t *g = &s->g[q];
     uint32_t c = cfg->size[g->k];
-    /* A whole pool that is not a power of two has no allowed halves. */
-    uint32_t kh = c >= 2 ? dcp_size_index(cfg, c / 2) : UINT32_MAX;
+    /* A whole pool that is not a power of two has no allowed halves (an
+     * odd one's c / 2 rounds down to an allowed size whose two halves
+     * would leave a GPU idle). */
+    uint32_t kh = UINT32_MAX;
+    if (c >= 2 && c % 2 == 0) /* Sizes ascend: the half is usually the size below. */
+      kh = g->k > 0 && cfg->size[g->k - 1] == c / 2 ? g->k - 1 : dcp_size_index(cfg, c / 2);
     if (kh == UINT32_MAX || g->count < 2)
       continue;
     uint32_t cnt = 0;
     bool fits = true;
-    for (uint32_t i = g->head; i != UINT32_MAX; i = s->nxt[i]) {
-      fits = fits && s->it->kmin[i] <= kh;
-      mem[cnt++] = i;
+    for (uint32_t i = g->head; i != UINT32_MAX && fits; i = s->nxt[i]) {
+      fits = s->it->kmin[i] <= kh;
+      key[cnt++] = (dcp_key_t){.idx = i, .minor = dcp_item_cost(cfg, s->it, i, kh)};
     }
     if (!fits)
       continue;
-    cost_at_t arg = {.s = s, .k = kh};
-    pk_merge_sort_u32(mem, tmp, cnt, costlier_at, &arg);
+    /* Costliest first at the half size, ties by index. */
+    dcp_sort_keys(key, key + cnt, cnt);
+    for (uint32_t x = 0; x < cnt; x++)
+      mem[x] = key[x].idx;
     uint32_t k_old = g->k, slot = g->slot;
     double before = g->load;
     bool oom = false;
@@ -138,6 +133,6 @@ int dcp_split(dcp_state_t *s) {
   }
 done:
   free(mem);
-  free(tmp);
+  free(key);
   return rc;
 }

@@ -59,9 +59,15 @@ uint32_t dcp_state_new_group(dcp_state_t *s, uint32_t k) {
 }
 
 void dcp_state_add(dcp_state_t *s, uint32_t grp, uint32_t i) {
+  uint32_t k = s->g[grp].k;
+  dcp_state_add_known(s, grp, i, dcp_item_aligned(s->cfg, s->it, i, k),
+                      dcp_item_cost(s->cfg, s->it, i, k));
+}
+
+void dcp_state_add_known(dcp_state_t *s, uint32_t grp, uint32_t i, uint64_t aligned, double cost) {
   dcp_grp_t *g = &s->g[grp];
-  g->sum += dcp_item_aligned(s->cfg, s->it, i, g->k);
-  g->load += dcp_item_cost(s->cfg, s->it, i, g->k);
+  g->sum += aligned;
+  g->load += cost;
   g->count++;
   s->group[i] = grp;
   s->prv[i] = UINT32_MAX;

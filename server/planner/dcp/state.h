@@ -41,6 +41,10 @@ void dcp_state_free(dcp_state_t *s);
 /* A new empty group of size index k; UINT32_MAX when out of memory. */
 uint32_t dcp_state_new_group(dcp_state_t *s, uint32_t k);
 void dcp_state_add(dcp_state_t *s, uint32_t grp, uint32_t i);
+/* The same with sequence i's aligned length and cost at the group's size
+ * known to the caller (they must be dcp_item_aligned's and
+ * dcp_item_cost's). */
+void dcp_state_add_known(dcp_state_t *s, uint32_t grp, uint32_t i, uint64_t aligned, double cost);
 /* Puts group grp into slot j (taking it out of its slot, if any). */
 void dcp_state_set_slot(dcp_state_t *s, uint32_t grp, uint32_t j);
 void dcp_state_remove(dcp_state_t *s, uint32_t i);
@@ -58,8 +62,10 @@ int dcp_state_export(const dcp_state_t *s, dcp_assign_t *out);
  * sequence's group cost; a sequence opens a group of its size while the
  * slot has free GPUs, else joins the least loaded group of its size that
  * stays under the height and the cap, else opens the next slot. Sets s->m.
- * Returns 0 or PK_ENOMEM. */
-int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order);
+ * beat: a step to beat (INFINITY: none); the packing stops once its slots'
+ * floor (what they cost at least, whatever the filling and the splitting
+ * do) is above it. Returns 0, 1 when it stopped so, or PK_ENOMEM. */
+int dcp_shelf(dcp_state_t *s, const uint32_t *k, const uint32_t *order, double beat);
 /* slots.c: gives every slot's free GPUs work (see dcp_place). Returns 0 or
  * a negative code. */
 int dcp_fill(dcp_state_t *s);

@@ -61,8 +61,10 @@ int dcp_validate(const pk_dcp_request_t *req, dcp_cfg_t *cfg, char *err, size_t 
             req->cp_algo);
   DCP_CHECK(req->sizes < PK_DCP_SIZES_COUNT,
             "parallel.dynamic_cp.sizes: %u is not a size rule (0 pow2, 1 any)", req->sizes);
-  DCP_CHECK(req->algo < PK_DCP_ALGO_COUNT,
-            "parallel.dynamic_cp.algo: %u is not an algorithm (0 auto, 1 megatron)", req->algo);
+  DCP_CHECK(
+      req->algo < PK_DCP_ALGO_COUNT,
+      "parallel.dynamic_cp.algo: %u is not an algorithm (0 auto, 1 megatron, 2 megatron_packing)",
+      req->algo);
   cfg->pool = req->dp * cp;
   cfg->tp = tp;
   cfg->cp_algo = req->cp_algo;

@@ -54,6 +54,10 @@ def run(name, samples):
         microbatch_group_size_per_vp_stage=1,
         virtual_pipeline_model_parallel_size=None,
         sequence_packing_scheduler=name,
+        # Megatron-LM's dev branch asks its MTP check, which reads these
+        # (None: no MTP, the default).
+        pipeline_model_parallel_layout=None,
+        mtp_num_layers=None,
     )
     it, count, tokens, squares = wrap_data_iterator(RerunDataIterator(iter(samples)), config, len(samples))
     packed = [next(it) for _ in range(count)]

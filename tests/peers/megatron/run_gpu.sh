@@ -3,7 +3,8 @@
 # (run.sh runs the others):
 #   1. gpu_wrap_data_iterator.py: Megatron's whole packing pipeline with
 #      Megatron's and packd's schedule on one NCCL rank;
-#   2. Megatron-LM's own test_wrap_dataloader (5 cases, 8 NCCL ranks) with
+#   2. Megatron-LM's own test_wrap_dataloader (8 NCCL ranks; 5 cases on
+#      main, 9 on the dev branch, 4 of them default_dynamic_cp) with
 #      packd's schedulers in place of Megatron's (packd_megatron_plugin),
 #      RUNS times (default 1; its lengths are random). With fewer than 8
 #      GPUs the ranks share them: each rank gets its own NCCL_HOSTID, so
