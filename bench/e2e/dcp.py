@@ -15,7 +15,7 @@ steps, forward and backward, no communication). The emulated step is
 terms to every timed shard (records with ``"cp": c``), packd plans the
 same batches again with the fitted cost, and the new plans are timed too.
 
-    bench/e2e/dcp.py               # the README table (about 5 minutes on 2 shared cores)
+    bench/e2e/dcp.py               # the README table (about 30 minutes on 2 shared cores)
     bench/e2e/dcp.py --quick       # one workload on 8 GPUs (under a minute)
     bench/e2e/dcp.py --smoke       # a tiny model and batch (seconds; tests/e2e runs it)
     bench/e2e/dcp.py --timings t.jsonl   # every timed shard: {"lengths", "seconds", "cp"}
@@ -23,7 +23,10 @@ same batches again with the fitted cost, and the new plans are timed too.
 Lengths are bench/dcp's batches (bench/dcp/run.py's ``workloads``: the
 real lists of bench/workloads and its long-tail RL generator) divided by
 ``scale`` and rounded up, caps likewise; the default scale 32 puts the
-longest long-tail sequence (64K tokens) at 2K tokens.
+longest long-tail sequence (64K tokens) at 2K tokens, and the attention
+tile (128 tokens, a flash kernel's) at 4. Each run draws ``batches``
+batches, each from its own seed; the table gives the mean over them and
+the worst batch.
 """
 
 from __future__ import annotations
@@ -64,12 +67,20 @@ def _load_dcp_bench():
 DCP = _load_dcp_bench()
 
 
+REAL_TILE = 128  # tokens a side of a flash-attention tile on a GPU; the emulated tile is this / scale
+
+
 @dataclass
 class Setting:
     model: Config
     scale: int  # real lengths and caps are divided by this
     runs: list  # (workload, pool, sequences)
     repeats: int
+    batches: int = 1  # batches drawn per run (seeded), each planned and timed
+    tile: int = 0  # tokens a side of an attention tile; 0: REAL_TILE / scale
+
+    def tile_size(self) -> int:
+        return self.tile or max(1, round(REAL_TILE / self.scale))
 
 
 def setting(mode: str) -> Setting:
@@ -78,10 +89,10 @@ def setting(mode: str) -> Setting:
         # The bench's model on a small batch: a smaller model's times hardly
         # grow with tokens (Python's overhead per operation dominates), and
         # the calibration needs them to.
-        return Setting(model, scale=128, runs=[("long_tail_rl", 8, 8)], repeats=1)
+        return Setting(model, scale=128, runs=[("long_tail_rl", 8, 8)], repeats=1, batches=2)
     if mode == "quick":
         return Setting(model, scale=32, runs=[("long_tail_rl", 8, 16)], repeats=2)
-    return Setting(model, scale=32, repeats=3, runs=[
+    return Setting(model, scale=32, repeats=3, batches=3, runs=[
         (w, pool, 4 * pool) for pool in (8, 16) for w in ("azure_conv", "azure_code", "wikipedia_64k", "long_tail_rl")])
 
 
@@ -102,6 +113,7 @@ class Emulated:
     measured: float = 0.0
     split: float = 0.0
     predicted: float = 0.0
+    predicted_extra: float = 0.0  # under ExtraFit's cost
 
     def __post_init__(self):
         for slot in self.slots:
@@ -168,6 +180,7 @@ def fixed_cost(cost: packd.Cost, cp: int) -> packd.Cost:
 class Case:
     workload: str
     pool: int
+    batch: int  # which of the run's batches (its seed)
     lengths: np.ndarray  # scaled
     cap: int  # scaled per-GPU cap
     real_cap: int
@@ -181,7 +194,7 @@ def plan_case(client, case: Case, cost: packd.Cost, megatron=None, suffix: str =
     case.plans["packd dynamic" + suffix] = from_dynamic("packd dynamic" + suffix, dyn, cap)
     fixed = client.plan(lengths, dp=pool // cp, cp=cp, max_tokens=cap, cost=fixed_cost(cost, cp))
     assert fixed.stats.cap_violations == 0
-    case.plans[f"packd fixed CP {cp}" + suffix] = from_fixed(f"packd fixed CP {cp}" + suffix, fixed, pool // cp, cp, cap)
+    case.plans["packd fixed CP" + suffix] = from_fixed("packd fixed CP" + suffix, fixed, pool // cp, cp, cap)
     rep = client.plan(lengths, dp=pool, cp=1, max_tokens=cap, dynamic_cp={"algo": "megatron"}, cost=cost)
     rep = from_dynamic("Megatron (packd repro)" + suffix, rep, cap)
     if suffix:
@@ -203,12 +216,13 @@ def make_cases(s: Setting, seed: int) -> list:
     cases = []
     for name, pool, n in s.runs:
         draw, real_cap = workloads[name]
-        rng = random.Random(f"{seed}/{name}/{pool}/{n}/0")
-        real = np.asarray(draw(rng, n), dtype=np.int64)
-        lengths = np.maximum(1, -(-real // s.scale))
-        cap = real_cap // s.scale
-        cp = min(DCP.fixed_cp(lengths.tolist(), cap), pool)
-        cases.append(Case(name, pool, lengths, cap, real_cap, cp))
+        for b in range(s.batches):
+            rng = random.Random(f"{seed}/{name}/{pool}/{n}/{b}")
+            real = np.asarray(draw(rng, n), dtype=np.int64)
+            lengths = np.maximum(1, -(-real // s.scale))
+            cap = real_cap // s.scale
+            cp = min(DCP.fixed_cp(lengths.tolist(), cap), pool)
+            cases.append(Case(name, pool, b, lengths, cap, real_cap, cp))
     return cases
 
 
@@ -242,6 +256,10 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, help="timed runs per distinct shard (median)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--scale", type=int, help="divide the real lengths and caps by this (default: the mode's)")
+    ap.add_argument("--tile", type=int, help=f"tokens a side of an attention tile (default: {REAL_TILE} / scale, "
+                    "a flash kernel's tile at the emulation's scale)")
+    ap.add_argument("--batches", type=int, help="batches drawn per run, seeded (default: 3 for the full run, "
+                    "1 for --quick, 2 for --smoke)")
     ap.add_argument("--runs", help="WORKLOAD:POOL:SEQUENCES,... instead of the mode's (workloads: "
                     "azure_conv, azure_code, wikipedia_64k, long_tail_rl)")
     ap.add_argument("--installed", action="store_true", help="use the packd installed in this Python")
@@ -250,10 +268,18 @@ def main(argv=None) -> int:
 
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
     s = setting(mode)
+    for name in ("repeats", "scale", "tile", "batches"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            ap.error(f"--{name}: {v} (at least 1)")
     if args.repeats:
         s.repeats = args.repeats
     if args.scale:
         s.scale = args.scale
+    if args.tile:
+        s.tile = args.tile
+    if args.batches:
+        s.batches = args.batches
     if args.runs:
         s.runs = parse_runs(ap, args.runs)
     torch.set_num_threads(args.threads)
@@ -276,9 +302,9 @@ def main(argv=None) -> int:
     cases = make_cases(s, args.seed)
     for case in cases:
         plan_case(client, case, cost0, megatron)
-        log(f"{case.workload} pool {case.pool}: {case.lengths.size} sequences, {int(case.lengths.sum())} tokens "
+        log(f"{case.workload} pool {case.pool} batch {case.batch}: {case.lengths.size} sequences, {int(case.lengths.sum())} tokens "
             f"(scaled 1/{s.scale}), max {int(case.lengths.max())}, cap {case.cap}/GPU, fixed CP {case.cp}")
-    timer = ShardTimer(s.model, args.seed)
+    timer = ShardTimer(s.model, args.seed, s.tile_size())
     keys = {k for c in cases for e in c.plans.values() for col in e.grid for k in col}
     log(f"{len(keys)} distinct shards, {s.repeats} repeat(s)")
     runs, raw = e2e.measure(timer, keys, s.repeats, args.seed, log)
@@ -287,6 +313,7 @@ def main(argv=None) -> int:
     # plans again with it, their new shards timed.
     records = [{"lengths": list(k[2]), "seconds": statistics.median(v), "cp": k[0]} for k, v in runs.items()]
     cal = packd.calibrate(records)
+    extra = extra_fit(records)
     log(f"calibrated on {cal.samples} shards: {cal.cost}, r2 {cal.r2:.4f}, MAPE {cal.mape:.1%}")
     for case in cases:
         plan_case(client, case, cal.cost, suffix=", calibrated")
@@ -306,19 +333,63 @@ def main(argv=None) -> int:
             e.measured = e2e.lockstep(e.grid, times.__getitem__)
             e.split = e2e.lockstep_split(e.grid, half_a, half_b)
             e.predicted = e2e.lockstep(e.grid, lambda k: cal.cost.predict(list(k[2]), cp=k[0]))
+            e.predicted_extra = e2e.lockstep(e.grid, lambda k: extra.predict(list(k[2]), cp=k[0]))
     if args.timings:
         with open(args.timings, "w") as f:
             for k in sorted(keys, key=lambda k: (k[0], sum(k[2]), k)):
                 f.write(json.dumps({"lengths": list(k[2]), "seconds": round(times[k], 6), "cp": k[0]}) + "\n")
     out = report(cases, s, cal, records, command, mode, len(keys), time.perf_counter() - t_begin,
-                 (e2e.spread(raw), e2e.spread(runs)), cost0)
+                 (e2e.spread(raw), e2e.spread(runs)), cost0, extra)
     print(out)
     if args.out:
         Path(args.out).write_text(out + "\n")
     return 0
 
 
-def residuals(records, cost) -> list:
+def _design(records) -> np.ndarray:
+    """The calibration's features of every record (packd.calibrate's six:
+    1, k, sum a / c, sum a^2 / c, c - 1, sum a (c - 1) / c) and one more,
+    k (c - 1)."""
+    rows = []
+    for r in records:
+        a, c = np.asarray(r["lengths"], dtype=np.float64), r["cp"]
+        rows.append([1.0, a.size, a.sum() / c, (a * a).sum() / c, c - 1, a.sum() * (c - 1) / c, a.size * (c - 1)])
+    return np.array(rows)
+
+
+@dataclass
+class ExtraFit:
+    """packd's dynamic-CP cost plus a term it does not have: a cost per
+    sequence per extra ring step, k (c - 1) (every step a GPU runs holds a
+    query tile or more of each of the group's k sequences, however short,
+    and merges its partial output). Fitted here only to say whether the
+    six terms miss it; the planner cannot plan with it."""
+
+    coef: np.ndarray  # per_micro_batch, per_sequence, linear, quadratic, cp_group, cp_token, per_sequence_step
+    r2: float
+    mape: float
+
+    def predict(self, lengths, cp: int) -> float:
+        return float(_design([{"lengths": lengths, "cp": cp}])[0] @ self.coef)
+
+
+def extra_fit(records) -> ExtraFit:
+    """Non-negative least squares on the seven features (scaled to unit
+    norm, as packd.calibrate scales its six)."""
+    from scipy.optimize import nnls
+
+    x = _design(records)
+    t = np.array([r["seconds"] for r in records], dtype=np.float64)
+    scale = np.sqrt((x * x).sum(axis=0))
+    scale[scale == 0] = 1.0  # a feature that is 0 on every record (no group above 1 GPU) keeps coefficient 0
+    coef = nnls(x / scale, t)[0] / scale
+    pred = x @ coef
+    ss_tot = float(((t - t.mean()) ** 2).sum())
+    r2 = 1 - float(((t - pred) ** 2).sum()) / ss_tot if ss_tot > 0 else 1.0
+    return ExtraFit(coef, r2, float((np.abs(pred - t) / t).mean()))
+
+
+def residuals(records, cost, title: str = "measured / predicted per shard of the fit") -> list:
     """Where the fitted cost is off: the median of measured / predicted
     over the fit's shards by group size and sequence count (the cost has
     one per-sequence term for every group size)."""
@@ -329,7 +400,7 @@ def residuals(records, cost) -> list:
         b = next(i for i, (lo, hi) in enumerate(buckets) if lo <= k <= hi)
         cell.setdefault((r["cp"], b), []).append(r["seconds"] / cost.predict(r["lengths"], cp=r["cp"]))
     names = ["1 sequence", "2-3", "4-7", "8+"]
-    out = ["measured / predicted per shard of the fit (median, count) by group size c and sequences on the GPU:",
+    out = [f"{title} (median, count) by group size c and sequences on the GPU:",
            "", "| c | " + " | ".join(names) + " |", "|---:|" + "---:|" * len(names)]
     for c in sorted({cc for cc, _ in cell}):
         row = [f"{statistics.median(cell[c, b]):.2f} ({len(cell[c, b])})" if (c, b) in cell else "–"
@@ -338,14 +409,25 @@ def residuals(records, cost) -> list:
     return out
 
 
-def report(cases, s: Setting, cal, cal_records, command, mode, nkeys, seconds, spread, cost0) -> str:
+def _ratios(group, name: str, ref: str, attr: str = "measured") -> list:
+    """name's step over ref's in every batch of a run that has both."""
+    return [getattr(c.plans[name], attr) / getattr(c.plans[ref], attr) for c in group
+            if name in c.plans and ref in c.plans]
+
+
+def _phase(name: str) -> str:
+    return ", calibrated" if name.endswith(", calibrated") else ""
+
+
+def report(cases, s: Setting, cal, cal_records, command, mode, nkeys, seconds, spread, cost0, extra) -> str:
     m = s.model
     c = cal.cost
     lines = [
         f"command: `{command.strip()}` ({mode}; {seconds:.0f} s wall)",
         "",
         f"model: {m.layers} layers, hidden {m.hidden}, {m.heads} heads, SwiGLU {m.mlp}, vocab {m.vocab}, "
-        f"{m.dtype}; lengths and caps scaled 1/{s.scale}; torch {torch.__version__}, "
+        f"{m.dtype}; lengths and caps scaled 1/{s.scale}, attention tiles of {s.tile_size()} tokens; "
+        f"{s.batches} batch(es) per run; torch {torch.__version__}, "
         f"{torch.get_num_threads()} thread(s); {nkeys} distinct GPU shards, median of {s.repeats} "
         f"(median spread between repeats: {spread[0]:.1%} raw, {spread[1]:.1%} normalised)",
         f"phase one planned with L + L^2/{1 / cost0.quadratic:.0f} (the model's FLOPs), cp_token "
@@ -357,42 +439,72 @@ def report(cases, s: Setting, cal, cal_records, command, mode, nkeys, seconds, s
         "",
     ] + residuals(cal_records, c) + [
         "",
+        f"with one more term, per sequence per extra ring step (k (c - 1), a term packd's cost lacks; fitted "
+        f"here, not planned with): {extra.coef[6]:.3g} s, the six others per_micro_batch {extra.coef[0]:.3g}, "
+        f"per_sequence {extra.coef[1]:.3g}, linear {extra.coef[2]:.3g}, quadratic {extra.coef[3]:.3g}, cp_group "
+        f"{extra.coef[4]:.3g}, cp_token {extra.coef[5]:.3g}; r2 {extra.r2:.4f}, MAPE {extra.mape:.1%} per shard",
+        "",
+    ] + residuals(cal_records, extra, "measured / predicted with that term") + [
+        "",
         "| workload | GPUs | n | cap/GPU (real) | plan | slots | group sizes | Σmax (s) | split (s) | "
-        "vs Megatron | vs fixed CP | predicted, calibrated (s) |",
-        "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|",
+        "vs Megatron | worst batch | vs fixed CP | predicted, calibrated (s) |",
+        "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
-    summary = []
+    runs = {}
     for case in cases:
-        ps = case.plans
-        meg = ps["Megatron (packd repro)"]
-        for e in ps.values():
-            sizes = sorted({cc for slot in e.slots for cc, _ in slot})
-            over = f" ({e.over_cap} groups over the cap)" if e.over_cap else ""
-            ref_f = ps[f"packd fixed CP {case.cp}" + (", calibrated" if e.name.endswith("calibrated") else "")]
+        runs.setdefault((case.workload, case.pool), []).append(case)
+    summary, worst = [], {"": [], ", calibrated": []}
+    mean = statistics.fmean
+    for (workload, pool), group in runs.items():
+        first = group[0]
+        names = list(dict.fromkeys(n for case in group for n in case.plans))
+        for name in names:
+            have = [case for case in group if name in case.plans]
+            es = [case.plans[name] for case in have]
+            sizes = sorted({cc for e in es for slot in e.slots for cc, _ in slot})
+            over = sum(e.over_cap for e in es)
+            label = name
+            if name.startswith("packd fixed CP"):
+                label = name.replace("packd fixed CP", "packd fixed CP " + "/".join(
+                    str(cp) for cp in dict.fromkeys(case.cp for case in have)))
+            if over:
+                label += f" ({over} groups over the cap)"
+            if len(have) < len(group):
+                label += f" ({len(have)} of {len(group)} batches)"
+            meg = _ratios(have, name, "Megatron (packd repro)")
+            fix = _ratios(have, name, "packd fixed CP" + _phase(name))
             lines.append(
-                f"| {case.workload} | {case.pool} | {case.lengths.size} | {case.cap} ({case.real_cap}) | "
-                f"{e.name}{over} | {len(e.slots)} | {','.join(map(str, sizes))} | {e.measured:.4g} | "
-                f"{e.split:.4g} | {e.measured / meg.measured:.3f} | {e.measured / ref_f.measured:.3f} | "
-                f"{e.predicted:.4g} |")
+                f"| {workload} | {pool} | {first.lengths.size} | {first.cap} ({first.real_cap}) | {label} | "
+                f"{'/'.join(str(len(e.slots)) for e in es)} | {','.join(map(str, sizes))} | "
+                f"{mean(e.measured for e in es):.4g} | {mean(e.split for e in es):.4g} | {mean(meg):.3f} | "
+                f"{max(meg):.3f} | {mean(fix):.3f} | {mean(e.predicted for e in es):.4g} |")
         for suffix in ("", ", calibrated"):
-            d = ps["packd dynamic" + suffix]
-            f = ps[f"packd fixed CP {case.cp}" + suffix]
+            d = "packd dynamic" + suffix
+            meg, meg_split = _ratios(group, d, "Megatron (packd repro)"), _ratios(group, d, "Megatron (packd repro)", "split")
+            fix = _ratios(group, d, "packd fixed CP" + suffix)
+            fix_split = _ratios(group, d, "packd fixed CP" + suffix, "split")
+            worst[suffix].append((mean(meg), max(meg), workload, pool))
+            pred = _ratios(group, d, "Megatron (packd repro)", "predicted")
+            pred_x = _ratios(group, d, "Megatron (packd repro)", "predicted_extra")
+            per = (lambda xs: ", ".join(f"{x:.3f}" for x in xs))
             summary.append(
-                f"- {case.workload}, {case.pool} GPUs{suffix or ', phase one'}: packd dynamic / Megatron "
-                f"{d.measured / meg.measured:.3f} (split {d.split / meg.split:.3f}), / packd fixed CP "
-                f"{case.cp} {d.measured / f.measured:.3f} (split {d.split / f.split:.3f})")
+                f"- {workload}, {pool} GPUs{suffix or ', phase one'}: packd dynamic / Megatron mean "
+                f"{mean(meg):.3f} (batches {per(meg)}; split mean {mean(meg_split):.3f}), / packd fixed CP mean "
+                f"{mean(fix):.3f} (batches {per(fix)}; split mean {mean(fix_split):.3f}); predicted / Megatron "
+                f"{mean(pred):.3f} (calibrated cost), {mean(pred_x):.3f} (with the extra term)")
     for suffix, label in (("", "phase one"), (", calibrated", "calibrated")):
-        worst = max(cases, key=lambda case: case.plans["packd dynamic" + suffix].measured
-                    / case.plans["Megatron (packd repro)"].measured)
-        r = worst.plans["packd dynamic" + suffix].measured / worst.plans["Megatron (packd repro)"].measured
-        summary.append(f"- worst packd dynamic / Megatron (packd repro), {label}: {r:.3f} ({worst.workload}, "
-                       f"{worst.pool} GPUs)")
+        w_mean = max(worst[suffix])
+        w_batch = max(worst[suffix], key=lambda x: x[1])
+        summary.append(f"- worst packd dynamic / Megatron (packd repro), {label}: mean {w_mean[0]:.3f} "
+                       f"({w_mean[2]}, {w_mean[3]} GPUs); one batch {w_batch[1]:.3f} ({w_batch[2]}, "
+                       f"{w_batch[3]} GPUs)")
     lines += [
         "",
         "Σmax: sum over slots of the max over the pool's GPUs of the median shard times; split: each slot's "
-        "costliest GPU chosen on half of the repeats and timed on the other half; vs Megatron, vs fixed CP: "
-        "Σmax over Megatron (packd repro)'s and over packd fixed CP's of the same phase; predicted: the "
-        "calibrated cost's step of the plan.",
+        "costliest GPU chosen on half of the repeats and timed on the other half; both the mean over the "
+        "run's batches. vs Megatron, vs fixed CP: Σmax over Megatron (packd repro)'s and over packd fixed "
+        "CP's of the same phase and batch, the mean over batches; worst batch: the largest of the batches' "
+        "ratios to Megatron; slots: per batch; predicted: the calibrated cost's step of the plan (mean).",
         "",
     ] + summary
     return "\n".join(lines)

@@ -20,15 +20,16 @@ the same amount of work (``ring_plan``), per sequence:
 
 A step is computed the way a flash kernel walks a varlen batch: all the
 step's (query tile, key tile) pairs of all sequences at once, tiles of
-TILE x TILE tokens that never span two sequences, the pairs wholly above a
+tile x tile tokens that never span two sequences, the pairs wholly above a
 causal diagonal skipped, the pairs of a query tile merged by log-sum-exp
 (``step_plan``, ``_step``). So a step costs a fixed number of operations
 whatever the number of sequences (one kernel launch on a GPU), and a GPU's
 attention work is about a^2/(2c) per sequence in c steps instead of one:
 the c - 1 extra steps, the shorter shards and their tiles' padding are the
-compute side of what dynamic CP's cost terms price. TILE is 16 tokens, 512
-at the bench's 1/32 scale where a GPU's flash tiles are 128: a chunk
-shorter than a tile pays more padding here than on a GPU, and the small
+compute side of what dynamic CP's cost terms price. The tile side is the
+caller's (``tile``): bench/e2e/dcp.py makes it 128 real tokens, a flash
+kernel's tile, divided by its length scale (4 tokens at 1/32), so a chunk
+shorter than a tile pays about the padding it pays on a GPU. The small
 batched products cost more per (query, key) pair than the model's FLOPs
 say (the calibration measures it).
 
@@ -43,6 +44,7 @@ import math
 import time
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -84,67 +86,74 @@ def zigzag_positions(lengths, c: int, r: int) -> torch.Tensor:
     return idx - torch.cat(parts) if parts else idx
 
 
-TILE = 16  # tokens a tile side (see the module's docstring)
+TILE = 16  # tokens a tile side where the caller names none (see the module's docstring)
 
 
 @dataclass
 class StepPlan:
     """One ring step's attention as tiles, the way a flash kernel walks a
-    varlen batch: P (query tile, key tile) pairs of TILE x TILE, every
-    sequence's blocks cut into tiles of their own (a tile never spans two
-    sequences), the pairs wholly above a causal diagonal left out."""
+    varlen batch: P (query tile, key tile) pairs of ``size`` x ``size``,
+    every sequence's blocks cut into tiles of their own (a tile never spans
+    two sequences), the pairs wholly above a causal diagonal left out."""
 
-    qtok: torch.Tensor  # [P * TILE] local query row of each pair row (padding: 0)
-    ktok: torch.Tensor  # [P * TILE] peer key row of each pair column (padding: 0)
-    allowed: torch.Tensor  # [P, TILE, TILE] the (query, key) entries that count
+    size: int  # tokens a tile side
+    qtok: torch.Tensor  # [P * size] local query row of each pair row (padding: 0)
+    ktok: torch.Tensor  # [P * size] peer key row of each pair column (padding: 0)
+    allowed: torch.Tensor  # [P, size, size] the (query, key) entries that count
     tile: torch.Tensor  # [P] the query tile of each pair
     slots: torch.Tensor  # [tiles, M] the pairs of each query tile (P: none)
-    rows: torch.Tensor  # [N] each local token's row among tiles * TILE (the last: not in this step)
+    rows: torch.Tensor  # [N] each local token's row among tiles * size (the last: not in this step)
 
 
-def _tiles(start: int, n: int):
-    return [(start + t, min(TILE, n - t)) for t in range(0, n, TILE)]
-
-
-def step_plan(blocks, n_local: int) -> StepPlan:
+def step_plan(blocks, n_local: int, tile: int = TILE) -> StepPlan:
     """``blocks``: (query start, key start, length of queries, length of
     keys, causal) in local rows; a causal block's queries and keys are the
-    same positions."""
-    qtok, ktok, allowed, tile, per_tile, rows = [], [], [], [], [], {}
+    same positions. Built with array operations: a 4-token tile gives tens
+    of thousands of pairs per step, too many for a Python loop per pair."""
+    if tile < 1:
+        raise ValueError(f"tile: {tile} (a tile holds at least one token)")
+    span = np.arange(tile)
+    qtok, ktok, allowed, tiles = [], [], [], []
+    rows = np.full(n_local, -1, dtype=np.int64)
+    n_tiles = 0
     for q0, k0, nq, nk, causal in blocks:
-        for qs, ql in _tiles(q0, nq):
-            t = len(per_tile)
-            per_tile.append([])
-            for i in range(ql):
-                rows[qs + i] = t * TILE + i
-            for ks, kl in _tiles(k0, nk):
-                if causal and ks - k0 > qs - q0 + ql - 1:
-                    continue  # above the diagonal: no key is visible
-                m = torch.zeros(TILE, TILE, dtype=torch.bool)
-                m[:ql, :kl] = True
-                if causal:
-                    qi = torch.arange(qs - q0, qs - q0 + TILE)[:, None]
-                    kj = torch.arange(ks - k0, ks - k0 + TILE)[None, :]
-                    m &= kj <= qi
-                per_tile[t].append(len(tile))
-                tile.append(t)
-                allowed.append(m)
-                qtok += list(range(qs, qs + ql)) + [0] * (TILE - ql)
-                ktok += list(range(ks, ks + kl)) + [0] * (TILE - kl)
-    p = len(tile)
-    width = max((len(x) for x in per_tile), default=1)
-    slots = torch.full((max(len(per_tile), 1), width), p, dtype=torch.int64)
-    for t, pairs in enumerate(per_tile):
-        slots[t, :len(pairs)] = torch.tensor(pairs, dtype=torch.int64)
-    none = max(len(per_tile), 1) * TILE
-    return StepPlan(
-        qtok=torch.tensor(qtok, dtype=torch.int64), ktok=torch.tensor(ktok, dtype=torch.int64),
-        allowed=torch.stack(allowed) if allowed else torch.zeros(0, TILE, TILE, dtype=torch.bool),
-        tile=torch.tensor(tile, dtype=torch.int64), slots=slots,
-        rows=torch.tensor([rows.get(x, none) for x in range(n_local)], dtype=torch.int64))
+        qs = np.arange(0, nq, tile)  # the block's query tile starts
+        ks = np.arange(0, nk, tile)
+        ql = np.minimum(tile, nq - qs)
+        kl = np.minimum(tile, nk - ks)
+        qi, ki = (x.ravel() for x in np.meshgrid(np.arange(qs.size), np.arange(ks.size), indexing="ij"))
+        if causal:  # a key tile wholly after the query tile's last query: nothing visible
+            keep = ks[ki] <= qs[qi] + ql[qi] - 1
+            qi, ki = qi[keep], ki[keep]
+        qvalid = span[None, :] < ql[qi][:, None]  # [pairs, tile]
+        kvalid = span[None, :] < kl[ki][:, None]
+        m = qvalid[:, :, None] & kvalid[:, None, :]
+        if causal:
+            m &= (ks[ki][:, None, None] + span[None, None, :]) <= (qs[qi][:, None, None] + span[None, :, None])
+        allowed.append(m)
+        qtok.append(np.where(qvalid, q0 + qs[qi][:, None] + span[None, :], 0).ravel())
+        ktok.append(np.where(kvalid, k0 + ks[ki][:, None] + span[None, :], 0).ravel())
+        tiles.append(n_tiles + qi)
+        local = np.arange(nq)
+        rows[q0 + local] = (n_tiles + local // tile) * tile + local % tile
+        n_tiles += qs.size
+    tile_of = np.concatenate(tiles).astype(np.int64) if tiles else np.zeros(0, dtype=np.int64)
+    p = tile_of.size
+    count = np.bincount(tile_of, minlength=n_tiles)
+    slots = np.full((max(n_tiles, 1), max(int(count.max(initial=0)), 1)), p, dtype=np.int64)
+    first = np.cumsum(count) - count  # pairs come grouped by query tile, in order
+    slots[tile_of, np.arange(p) - first[tile_of]] = np.arange(p)
+    rows[rows < 0] = max(n_tiles, 1) * tile
+
+    def cat(parts, dtype, shape):
+        return torch.from_numpy(np.concatenate(parts).astype(dtype)) if parts else torch.zeros(shape, dtype=getattr(torch, dtype))
+
+    return StepPlan(size=tile, qtok=cat(qtok, "int64", (0,)), ktok=cat(ktok, "int64", (0,)),
+                    allowed=cat(allowed, "bool", (0, tile, tile)), tile=torch.from_numpy(tile_of),
+                    slots=torch.from_numpy(slots), rows=torch.from_numpy(rows))
 
 
-def ring_plan(lengths, c: int, r: int) -> list:
+def ring_plan(lengths, c: int, r: int, tile: int = TILE) -> list:
     """The tiles of GPU r's c ring steps: step s attends to group rank
     p = (r - s) mod c. Per sequence (local rows [off, off + 2h), first
     chunk then second): p == r: the local block, causal; p < r: all local
@@ -166,7 +175,7 @@ def ring_plan(lengths, c: int, r: int) -> list:
             else:
                 blocks.append((off + h, off, n - h, n, False))
             off += n
-        steps.append((p, step_plan(blocks, n_local)))
+        steps.append((p, step_plan(blocks, n_local, tile)))
     return steps
 
 
@@ -174,31 +183,32 @@ def _step(qh, kh, vh, sp: StepPlan):
     """One step: the output [H, N, D] and log-sum-exp [H, N] of every local
     query over this step's keys (-inf and 0 for a query with none)."""
     h, _, d = qh.shape
+    size = sp.size
     p = sp.tile.numel()
     tiles = sp.slots.shape[0]
-    qg = qh.index_select(1, sp.qtok).view(h, p, TILE, d)
-    kg = kh.index_select(1, sp.ktok).view(h, p, TILE, d)
-    vg = vh.index_select(1, sp.ktok).view(h, p, TILE, d)
+    qg = qh.index_select(1, sp.qtok).view(h, p, size, d)
+    kg = kh.index_select(1, sp.ktok).view(h, p, size, d)
+    vg = vh.index_select(1, sp.ktok).view(h, p, size, d)
     s = torch.matmul(qg, kg.transpose(-1, -2)).masked_fill(~sp.allowed, torch.finfo(qh.dtype).min)
     lse = torch.logsumexp(s, dim=-1)  # [H, P, T]; rows of padding hold only the masked value
     o = torch.matmul(torch.exp(s - lse[..., None]), vg)
     # The pairs of a query tile, merged by their share of its denominator.
-    pad = torch.cat([lse, lse.new_full((h, 1, TILE), float("-inf"))], dim=1)
+    pad = torch.cat([lse, lse.new_full((h, 1, size), float("-inf"))], dim=1)
     tile_lse = torch.logsumexp(pad[:, sp.slots], dim=2)  # [H, tiles, T]
     w = torch.exp(lse - tile_lse[:, sp.tile])[..., None]
-    out = o.new_zeros(h, tiles, TILE, d).index_add(1, sp.tile, o * w)
-    out = torch.cat([out.view(h, tiles * TILE, d), o.new_zeros(h, 1, d)], dim=1)
-    tile_lse = torch.cat([tile_lse.reshape(h, tiles * TILE), lse.new_full((h, 1), float("-inf"))], dim=1)
+    out = o.new_zeros(h, tiles, size, d).index_add(1, sp.tile, o * w)
+    out = torch.cat([out.view(h, tiles * size, d), o.new_zeros(h, 1, d)], dim=1)
+    tile_lse = torch.cat([tile_lse.reshape(h, tiles * size), lse.new_full((h, 1), float("-inf"))], dim=1)
     return out[:, sp.rows], tile_lse[:, sp.rows]
 
 
-def ring_attention(q, kv, lengths, c: int, r: int, plan=None) -> torch.Tensor:
+def ring_attention(q, kv, lengths, c: int, r: int, plan=None, tile: int = TILE) -> torch.Tensor:
     """Causal attention of GPU r's local queries q [T/c, H, D] (zigzag
     order) against the group's keys and values, ring style. ``kv[p]`` is
     group rank p's (k, v), each in that rank's local zigzag order; kv[r] is
-    this GPU's own. ``plan``: ``ring_plan(lengths, c, r)``, made once per
-    shard."""
-    plan = ring_plan(lengths, c, r) if plan is None else plan
+    this GPU's own. ``plan``: ``ring_plan(lengths, c, r, tile)``, made once
+    per shard (``tile`` only serves to make it)."""
+    plan = ring_plan(lengths, c, r, tile) if plan is None else plan
     qh = (q * (1.0 / math.sqrt(q.shape[-1]))).transpose(0, 1)  # [H, T/c, D]
     outs, lses = [], []
     for p, sp in plan:
@@ -224,7 +234,8 @@ class ShardTimer:
 
     reference = (1, 0, (64,))
 
-    def __init__(self, cfg: Config, seed: int):
+    def __init__(self, cfg: Config, seed: int, tile: int = TILE):
+        self.tile = tile
         self.cfg = cfg
         self.model = TinyDecoder(cfg)
         self.gen = torch.Generator().manual_seed(seed)
@@ -244,7 +255,7 @@ class ShardTimer:
         peers = [[None if p == r else tuple(
             torch.randn(t, cfg.heads, cfg.head_dim, generator=self.gen, dtype=self.dtype).requires_grad_()
             for _ in range(2)) for p in range(c)] for _ in range(cfg.layers)]
-        return key, ids, tgt, pos, peers, ring_plan(lengths, c, r)
+        return key, ids, tgt, pos, peers, ring_plan(lengths, c, r, self.tile)
 
     def run(self, inp) -> float:
         (c, r, lengths), ids, tgt, pos, peers, plan = inp

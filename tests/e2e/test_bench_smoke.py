@@ -85,7 +85,11 @@ def test_dcp_bench_smoke(tmp_path):
     assert {"packd dynamic, calibrated", names[1] + ", calibrated"} <= set(names[3:]), names
     for ln in rows:
         cells = [c.strip() for c in ln.strip("|").split("|")]
-        assert int(cells[5]) >= 1 and float(cells[7]) > 0 and float(cells[8]) > 0  # slots, Σmax, split
+        slots = [int(x) for x in cells[5].split("/")]  # one count per batch (the smoke draws 2)
+        assert len(slots) == 2 and min(slots) >= 1 and float(cells[7]) > 0 and float(cells[8]) > 0
+        assert float(cells[10]) >= float(cells[9]) > 0  # the worst batch's ratio to Megatron is at least the mean
+    assert "attention tiles of 1 tokens" in proc.stdout  # 128 real tokens at the smoke's 1/128
+    assert "with one more term, per sequence per extra ring step" in proc.stdout
     assert table.read_text().strip() == proc.stdout.strip()
     assert "cp_group" in proc.stdout and "cp_token" in proc.stdout
     records = [json.loads(ln) for ln in timings.read_text().splitlines()]
@@ -138,3 +142,10 @@ def test_dcp_bench_bad_runs_exit_2_naming_the_entry(runs, message):
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "e2e" / "dcp.py"), "--runs", runs],
                           cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("option", ["--tile", "--batches", "--scale", "--repeats"])
+def test_dcp_bench_counts_below_one_exit_2_naming_the_option(option):
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "e2e" / "dcp.py"), "--smoke", option, "0"],
+                          cwd=REPO, env=dict(os.environ), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and f"{option}: 0 (at least 1)" in proc.stderr, proc.stderr[-2000:]
