@@ -141,4 +141,57 @@ static inline void check_dcp_plan(const pk_dcp_request_t *req, const pk_dcp_plan
   free(owner);
 }
 
+/* The layouts and caps random requests draw from: a property test names
+ * its own (pools that are not a power of two, caps tight enough for what it
+ * checks). */
+typedef struct dcp_test_draw {
+  const uint32_t *dps;
+  uint32_t ndps;
+  const uint64_t *caps;
+  uint32_t ncaps;
+} dcp_test_draw_t;
+
+/* A random request over n lengths (stored in `lengths`): dp from d, cp 1, 2
+ * or 4, TP 1-2, both CP layouts and size rules, sometimes a minimum size
+ * and max_seqs, lengths of three shapes (RL-like, tiny, up to the pool's
+ * whole cap) and, half the time, a random cost with CP terms. `algo` is
+ * left AUTO. */
+static inline void dcp_test_random_request(test_rng_t *r, const dcp_test_draw_t *d,
+                                           pk_dcp_request_t *req, uint32_t *lengths, uint32_t n) {
+  memset(req, 0, sizeof *req);
+  static const uint32_t cps[] = {1, 2, 4};
+  req->dp = d->dps[test_below(r, d->ndps)];
+  req->cp = cps[test_below(r, 3)];
+  req->tp = 1 + test_below(r, 2);
+  req->cp_algo = test_below(r, 2);
+  req->sequence_parallel = test_below(r, 2);
+  req->sizes = test_below(r, 2);
+  uint32_t pool = req->dp * req->cp;
+  if (test_below(r, 4) == 0) {
+    uint32_t m = 1 + test_below(r, pool);
+    if (req->sizes == PK_DCP_SIZES_POW2)
+      while (!dcp_test_pow2(m) && m != pool)
+        m--;
+    req->min_size = m;
+  }
+  req->max_tokens = d->caps[test_below(r, d->ncaps)];
+  uint32_t shape = test_below(r, 3);
+  for (uint32_t i = 0; i < n; i++)
+    lengths[i] = shape == 0   ? test_rl_length(r, 32768)
+                 : shape == 1 ? 1 + test_below(r, 64)
+                              : 1 + test_below(r, (uint32_t)(req->max_tokens * pool));
+  req->lengths = lengths;
+  req->n = n;
+  if (test_below(r, 4) == 0)
+    req->max_seqs = 1 + test_below(r, 8);
+  if (test_below(r, 2)) {
+    req->cost.base.linear = test_uniform(r);
+    req->cost.base.quadratic = test_uniform(r) / 8192;
+    req->cost.base.per_sequence = test_below(r, 2) ? 100 * test_uniform(r) : 0;
+    req->cost.base.per_micro_batch = test_below(r, 2) ? 1000 * test_uniform(r) : 0;
+    req->cost.cp_token = test_below(r, 2) ? test_uniform(r) : 0;
+    req->cost.cp_group = test_below(r, 2) ? 500 * test_uniform(r) : 0;
+  }
+}
+
 #endif

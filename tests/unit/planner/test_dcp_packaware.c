@@ -19,42 +19,10 @@ static pk_dcp_plan_t *plan_ok(const pk_dcp_request_t *req) {
 }
 
 static void random_request(test_rng_t *r, pk_dcp_request_t *req, uint32_t *lengths, uint32_t n) {
-  memset(req, 0, sizeof *req);
   static const uint32_t dps[] = {1, 2, 3, 4, 5, 8, 16};
-  static const uint32_t cps[] = {1, 2, 4};
-  req->dp = dps[test_below(r, 7)];
-  req->cp = cps[test_below(r, 3)];
-  req->tp = 1 + test_below(r, 2);
-  req->cp_algo = test_below(r, 2);
-  req->sequence_parallel = test_below(r, 2);
-  req->sizes = test_below(r, 2);
-  uint32_t pool = req->dp * req->cp;
-  if (test_below(r, 4) == 0) {
-    uint32_t m = 1 + test_below(r, pool);
-    if (req->sizes == PK_DCP_SIZES_POW2)
-      while (!dcp_test_pow2(m) && m != pool)
-        m--;
-    req->min_size = m;
-  }
   static const uint64_t caps[] = {64, 1024, 4096, 16384};
-  req->max_tokens = caps[test_below(r, 4)];
-  uint32_t shape = test_below(r, 3);
-  for (uint32_t i = 0; i < n; i++)
-    lengths[i] = shape == 0   ? test_rl_length(r, 32768)
-                 : shape == 1 ? 1 + test_below(r, 64)
-                              : 1 + test_below(r, (uint32_t)(req->max_tokens * pool));
-  req->lengths = lengths;
-  req->n = n;
-  if (test_below(r, 4) == 0)
-    req->max_seqs = 1 + test_below(r, 8);
-  if (test_below(r, 2)) {
-    req->cost.base.linear = test_uniform(r);
-    req->cost.base.quadratic = test_uniform(r) / 8192;
-    req->cost.base.per_sequence = test_below(r, 2) ? 100 * test_uniform(r) : 0;
-    req->cost.base.per_micro_batch = test_below(r, 2) ? 1000 * test_uniform(r) : 0;
-    req->cost.cp_token = test_below(r, 2) ? test_uniform(r) : 0;
-    req->cost.cp_group = test_below(r, 2) ? 500 * test_uniform(r) : 0;
-  }
+  static const dcp_test_draw_t draw = {dps, 7, caps, 4};
+  dcp_test_random_request(r, &draw, req, lengths, n);
 }
 
 /* Every rule on random requests (pools a power of two or not, both size
