@@ -132,18 +132,22 @@ def _rows(rows, nseq: int) -> np.ndarray:
     return r
 
 
+def _assignments(rows, src, dst):
+    """The arguments of the two exchange-item builders, checked: the
+    sequence count, the rows per sequence, and src and dst as CSR arrays."""
+    if len(src) != len(dst):
+        raise ValueError(f"src and dst: {len(src)} and {len(dst)} ranks")
+    nseq = sum(len(a) for a in src)
+    return (nseq, _rows(rows, nseq), *_csr(src, "src"), *_csr(dst, "dst"))
+
+
 def route_items(rows, src, dst) -> np.ndarray:
     """Exchange items (XITEM_DTYPE) that take every sequence from ``src``
     (per rank, the ids it holds, each id once in all) to every rank listing
     it in ``dst`` (a sequence may go to several ranks: each GPU of its
     group). ``rows[s]``: rows of sequence s in a buffer; each rank's buffer
     holds its sequences back to back in list order."""
-    if len(src) != len(dst):
-        raise ValueError(f"src and dst: {len(src)} and {len(dst)} ranks")
-    nseq = sum(len(a) for a in src)
-    r = _rows(rows, nseq)
-    so, si = _csr(src, "src")
-    do, di = _csr(dst, "dst")
+    nseq, r, so, si, do, di = _assignments(rows, src, dst)
     items = np.zeros(int(do[-1]) + 1, dtype=XITEM_DTYPE)
     _gpu._ok(_gpu._load().pk_gpu_xitems_route(len(src), nseq, r.ctypes.data, so.ctypes.data, si.ctypes.data,
                                               do.ctypes.data, di.ctypes.data, items.ctypes.data))
@@ -154,12 +158,7 @@ def xitems_from_assignments(rows, src, dst) -> np.ndarray:
     """Exchange items from one assignment to another (each sequence exactly
     once on each side), e.g. from the group leaders back to the ranks that
     own the samples: item s moves sequence s."""
-    if len(src) != len(dst):
-        raise ValueError(f"src and dst: {len(src)} and {len(dst)} ranks")
-    nseq = sum(len(a) for a in src)
-    r = _rows(rows, nseq)
-    so, si = _csr(src, "src")
-    do, di = _csr(dst, "dst")
+    nseq, r, so, si, do, di = _assignments(rows, src, dst)
     items = np.zeros(nseq + 1, dtype=XITEM_DTYPE)
     _gpu._ok(_gpu._load().pk_gpu_xitems_from_assignments(len(src), nseq, r.ctypes.data, so.ctypes.data,
                                                          si.ctypes.data, do.ctypes.data, di.ctypes.data,
