@@ -95,24 +95,33 @@ static void test_memory_available_reads_the_cgroup(void **state) {
   assert_int_equal(pk_decode_budget_default(INT64_MAX / 2), INT64_MAX / 2);
 }
 
-/* n bytes of `fill`, gzip-compressed (windowBits 15 + 16). */
-static grpc_byte_buffer *gzip_buffer(size_t n, int fill, grpc_compression_algorithm alg) {
-  uint8_t *in = malloc(n ? n : 1);
-  memset(in, fill, n);
+/* in[0 .. n) compressed at `level` as `alg` sends it (gzip: windowBits
+ * 15 + 16; deflate: zlib's 15) into a new buffer of *len bytes. */
+static uint8_t *compress_bytes(const uint8_t *in, size_t n, grpc_compression_algorithm alg,
+                               int level, size_t *len) {
   uLong cap = compressBound((uLong)n) + 64;
   uint8_t *out = malloc(cap);
   z_stream z;
   memset(&z, 0, sizeof z);
-  assert_int_equal(
-      deflateInit2(&z, 6, Z_DEFLATED, alg == GRPC_COMPRESS_GZIP ? 31 : 15, 8, Z_DEFAULT_STRATEGY),
-      Z_OK);
-  z.next_in = in;
+  assert_int_equal(deflateInit2(&z, level, Z_DEFLATED, alg == GRPC_COMPRESS_GZIP ? 31 : 15, 8,
+                                Z_DEFAULT_STRATEGY),
+                   Z_OK);
+  z.next_in = (Bytef *)in;
   z.avail_in = (uInt)n;
   z.next_out = out;
   z.avail_out = (uInt)cap;
   assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
-  size_t len = cap - z.avail_out;
+  *len = cap - z.avail_out;
   deflateEnd(&z);
+  return out;
+}
+
+/* n bytes of `fill`, compressed as `alg`, in two slices. */
+static grpc_byte_buffer *gzip_buffer(size_t n, int fill, grpc_compression_algorithm alg) {
+  uint8_t *in = malloc(n ? n : 1);
+  memset(in, fill, n);
+  size_t len = 0;
+  uint8_t *out = compress_bytes(in, n, alg, 6, &len);
   /* Two slices, so that inflating crosses a slice boundary. */
   grpc_slice s[2] = {grpc_slice_from_copied_buffer((const char *)out, len / 2),
                      grpc_slice_from_copied_buffer((const char *)out + len / 2, len - len / 2)};
@@ -199,20 +208,9 @@ static void test_body_round_trips(void **state) {
         in[k] = kind & 1 ? (uint8_t)(x >> 56) : (uint8_t)(k % 7);
       }
       grpc_compression_algorithm alg = kind & 2 ? GRPC_COMPRESS_DEFLATE : GRPC_COMPRESS_GZIP;
-      uLong cap = compressBound((uLong)n) + 64;
-      uint8_t *out = malloc(cap);
-      z_stream z;
-      memset(&z, 0, sizeof z);
-      assert_int_equal(deflateInit2(&z, 1, Z_DEFLATED, alg == GRPC_COMPRESS_GZIP ? 31 : 15, 8,
-                                    Z_DEFAULT_STRATEGY),
-                       Z_OK);
-      z.next_in = in;
-      z.avail_in = (uInt)n;
-      z.next_out = out;
-      z.avail_out = (uInt)cap;
-      assert_int_equal(deflate(&z, Z_FINISH), Z_STREAM_END);
-      grpc_slice sl = grpc_slice_from_copied_buffer((const char *)out, cap - z.avail_out);
-      deflateEnd(&z);
+      size_t len = 0;
+      uint8_t *out = compress_bytes(in, n, alg, 1, &len);
+      grpc_slice sl = grpc_slice_from_copied_buffer((const char *)out, len);
       grpc_byte_buffer *bb = grpc_raw_compressed_byte_buffer_create(&sl, 1, alg);
       grpc_slice_unref(sl);
       pk_request_body_t body;
