@@ -25,12 +25,12 @@ process:
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import numpy as np
 import torch
 import torch.distributed as dist
 
+import e2e_helpers
 from e2e_helpers import IGNORE, _AllGather, grads, token_logp
 from packd import gpu
 from tiny_model import Config, TinyDecoder, masked_attention, segment_ids, varlen_attention
@@ -159,11 +159,5 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, job: dict):
 
 
 def spawn(world: int, job: dict, tmp_path) -> list:
-    import torch.multiprocessing as mp
-
-    tmp_path = Path(tmp_path)
-    init = tmp_path / "rendezvous"
-    if init.exists():
-        init.unlink()
-    mp.spawn(worker, args=(world, str(init), str(tmp_path), job), nprocs=world, join=True)
-    return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
+    """``e2e_helpers.spawn`` with this module's worker."""
+    return e2e_helpers.spawn(world, job, tmp_path, target=worker)

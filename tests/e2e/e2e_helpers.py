@@ -408,14 +408,16 @@ def worker(rank: int, world: int, init_file: str, out_dir: str, job: dict):
         dist.destroy_process_group()
 
 
-def spawn(world: int, job: dict, tmp_path) -> list:
-    """Runs ``worker`` in ``world`` spawned processes (file:// rendezvous in
-    tmp_path) and returns their saved results by process rank."""
+def spawn(world: int, job: dict, tmp_path, target=None) -> list:
+    """Runs ``target`` (default ``worker``; a module-level function with
+    its signature that saves out_dir/rank{rank}.pt) in ``world`` spawned
+    processes (file:// rendezvous in tmp_path) and returns their saved
+    results by process rank."""
     import torch.multiprocessing as mp
 
     tmp_path = Path(tmp_path)
     init = tmp_path / "rendezvous"
     if init.exists():
         init.unlink()
-    mp.spawn(worker, args=(world, str(init), str(tmp_path), job), nprocs=world, join=True)
+    mp.spawn(target or worker, args=(world, str(init), str(tmp_path), job), nprocs=world, join=True)
     return [torch.load(tmp_path / f"rank{r}.pt") for r in range(world)]
