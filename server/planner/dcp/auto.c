@@ -642,7 +642,7 @@ int dcp_auto(const dcp_cfg_t *cfg, const dcp_items_t *it, const pk_limits_t *lim
    * miss costs a packing. */
   uint32_t m = m_lb, extra = 0, step = 1;
   for (; n <= DCP_CLASS_MAX_N && m <= n && extra <= DCP_EXTRA_COUNTS; m += step) {
-    if (dcp_step_lower_bound(cfg, it, m) >= best_step * (1 - 1e-9))
+    if (dcp_step_lower_bound(cfg, it, m) >= best_step * (1 - DCP_COUNT_STOP_TOL))
       break;
     bool packed = false;
     for (uint32_t policy = 0; policy < DCP_SIZE_POLICIES; policy++) {

@@ -52,6 +52,10 @@
  * is looked at over every size, so only with at most DCP_SHELF_BOUND_SIZES
  * sizes. Unit: fraction of the step; sizes. */
 #define DCP_SHELF_BOUND_TOL 1e-9
+/* Class plans at growing slot counts stop once the step bound at the count
+ * reaches the best step so far within this fraction (both are sums of many
+ * terms, rounded apart). Unit: fraction of the step. */
+#define DCP_COUNT_STOP_TOL 1e-9
 #define DCP_SHELF_BOUND_SIZES 64u
 
 /* ---- Bounds (cost.c) ----------------------------------------------------- */
@@ -136,5 +140,10 @@
  * every sequence left against its groups (O(n x slots x groups)). Unit:
  * sequences. */
 #define DCP_PA_MAX_N 1024u
+/* The margin by which a sequence must pass the room left in a full slot
+ * before it waits for the next one: the original compares floats its own
+ * way, and a sequence at the edge must land where the original's does.
+ * Unit: fraction of the room (plus one token). */
+#define DCP_PA_ROOM_TOL 1e-9
 
 #endif

@@ -173,7 +173,7 @@ static bool place(pa_t *p, uint32_t i, double wcap) {
   /* No place when i needs more than the pool, or when every GPU is in a
    * group and none has room for it (with a margin for the original's
    * rounding). */
-  if (c0 > pool || (p->used == pool && (double)len > p->room * (1 + 1e-9) + 1))
+  if (c0 > pool || (p->used == pool && (double)len > p->room * (1 + DCP_PA_ROOM_TOL) + 1))
     return false;
   /* Per size of the chain: i's estimate, length / c and aligned length. */
   double w[PA_CHAIN], per_gpu[PA_CHAIN];
@@ -320,7 +320,7 @@ static int build_slot(pa_t *p, const uint32_t *rem, uint32_t nrem, uint32_t *lef
     /* Once every GPU is in a group and no group has room for the shortest
      * sequence left (with a margin for the original's rounding), the rest
      * wait for the next slot, as they would one by one. */
-    if (p->used == pool && (double)shortest > p->room * (1 + 1e-9) + 1) {
+    if (p->used == pool && (double)shortest > p->room * (1 + DCP_PA_ROOM_TOL) + 1) {
       memcpy(left + *nleft, rem + x, (size_t)(nrem - x) * sizeof *rem);
       *nleft += nrem - x;
       break;
