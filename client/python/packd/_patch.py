@@ -35,11 +35,14 @@ class PatchHandle:
     """What one ``patch()`` replaced; ``undo()`` puts it back. Usable as a
     context manager (undone on exit)."""
 
+    # What undo() logs, after the patch's name.
+    restored = "functions restored"
+
     def __init__(self, name: str):
         self.name = name
-        self.replaced: list = []  # "module.attr" strings, in order
-        self.skipped: list = []  # "module.attr" this version does not have
-        self._undo: list = []  # (namespace dict, key, old object)
+        self.replaced: list = []  # labels of what was replaced, in order
+        self.skipped: list = []  # what this version does not have
+        self._undo: list = []  # callables restoring one change each
         self.active = False
 
     def undo(self) -> None:
@@ -47,13 +50,13 @@ class PatchHandle:
         with _lock:
             if not self.active:
                 return
-            for ns, key, old in reversed(self._undo):
-                ns[key] = old
+            for restore in reversed(self._undo):
+                restore()
             self._undo.clear()
             self.active = False
             if _active.get(self.name) is self:
                 del _active[self.name]
-        _log.info("packd: %s functions restored", self.name)
+        _log.info("packd: %s %s", self.name, self.restored)
 
     def __enter__(self):
         return self
@@ -63,11 +66,17 @@ class PatchHandle:
 
     def __repr__(self) -> str:
         state = "active" if self.active else "undone"
-        return f"PatchHandle({self.name!r}, {state}, replaced={self.replaced})"
+        return f"{type(self).__name__}({self.name!r}, {state}, replaced={self.replaced})"
 
 
 def _set(handle: PatchHandle, ns: dict, key: str, new, label: str) -> None:
-    handle._undo.append((ns, key, ns[key]))
+    """Sets ``ns[key] = new`` (a key ``ns`` may lack) and records how to
+    restore it under ``label``."""
+    if key in ns:
+        old = ns[key]
+        handle._undo.append(lambda: ns.__setitem__(key, old))
+    else:
+        handle._undo.append(lambda: ns.pop(key, None))
     ns[key] = new
     handle.replaced.append(label)
 

@@ -51,10 +51,10 @@ from __future__ import annotations
 import logging
 import math
 import numbers
-import threading
 
 import numpy as np
 
+from . import _patch
 from ._adapt import default_client
 from .errors import FailedPrecondition, InvalidArgument
 
@@ -685,46 +685,21 @@ def remove_enum_member(enum_cls, member) -> None:
     type.__delattr__(enum_cls, name)
 
 
-class MegatronPatch:
+# The name the patch is known by among packd's patches (one per process).
+_NAME = "Megatron-Core"
+
+
+class MegatronPatch(_patch.PatchHandle):
     """What ``packd.megatron.patch()`` registered; ``undo()`` restores
     Megatron-Core's registry. Usable as a context manager (undone on
     exit)."""
 
+    restored = "packing schedulers restored"
+
     def __init__(self, replace: tuple, options: dict = None):
+        super().__init__(_NAME)
         self.replace = replace
         self.options = dict(options or {})  # the keywords the registered classes default to
-        self.replaced: list = []  # "scheduler_map[NAME]" labels, in order
-        self.skipped: list = []  # stand-ins replace=True found no Megatron scheduler for
-        self._undo: list = []  # callables restoring one change each
-        self.active = False
-
-    def undo(self) -> None:
-        """Restores the registry. Safe to call twice."""
-        global _active
-        with _lock:
-            if not self.active:
-                return
-            for restore in reversed(self._undo):
-                restore()
-            self._undo.clear()
-            self.active = False
-            if _active is self:
-                _active = None
-        _log.info("packd: Megatron-Core's packing schedulers restored")
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.undo()
-
-    def __repr__(self) -> str:
-        state = "active" if self.active else "undone"
-        return f"MegatronPatch({state}, replaced={self.replaced})"
-
-
-_lock = threading.Lock()
-_active = None
 
 
 def _replace_names(replace) -> tuple:
@@ -768,7 +743,6 @@ def patch(replace=False, *, client=None, cost=None, cp_token=None, cp_group=None
     options returns the active handle; one with others raises ValueError
     (undo the first). ImportError where Megatron-Core is missing or has no
     scheduler registry."""
-    global _active
     names = _replace_names(replace)
     options = {
         k: v for k, v in (("client", client), ("cost", cost), ("cp_token", cp_token), ("cp_group", cp_group)) if v is not None
@@ -780,7 +754,8 @@ def patch(replace=False, *, client=None, cost=None, cp_token=None, cp_group=None
     mod = _data_schedule()
     registry = mod.scheduler_map
     enum_cls = getattr(mod, "PackingSchedulerEnum", None)
-    with _lock:
+    with _patch._lock:
+        _active = _patch._active.get(_NAME)
         if _active is not None:
             if _active.replace != names:
                 raise ValueError(
@@ -828,17 +803,11 @@ def patch(replace=False, *, client=None, cost=None, cp_token=None, cp_group=None
                 restore()
             raise
         handle.active = True
-        _active = handle
+        _patch._active[_NAME] = handle
     _log.info("packd: Megatron-Core packing schedulers registered: %s", ", ".join(handle.replaced))
     return handle
 
 
 def _put(handle: MegatronPatch, registry: dict, key, cls) -> None:
     """Sets ``registry[key] = cls`` and records how to restore it."""
-    if key in registry:
-        old = registry[key]
-        handle._undo.append(lambda: registry.__setitem__(key, old))
-    else:
-        handle._undo.append(lambda: registry.pop(key, None))
-    registry[key] = cls
-    handle.replaced.append(f"scheduler_map[{getattr(key, 'name', key)}]")
+    _patch._set(handle, registry, key, cls, f"scheduler_map[{getattr(key, 'name', key)}]")
