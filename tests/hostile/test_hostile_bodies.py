@@ -126,8 +126,15 @@ def test_refused_calls_are_logged_at_a_bounded_rate(tmp_path):
                     assert e.code() == grpc.StatusCode.UNAUTHENTICATED
         time.sleep(2.1)
         call(srv, "/packd.v1.Planner/GetRankPlan", b"", token=False)
+        # The server writes a call's log line once the call has completed,
+        # which may be after the client has its answer: wait for it.
+        deadline = time.monotonic() + 5
+        while True:
+            lines = [l for l in srv.log().splitlines() if "code=UNAUTHENTICATED" in l]
+            if len(lines) >= 2 or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
         elapsed = time.monotonic() - t0
-        lines = [l for l in srv.log().splitlines() if "code=UNAUTHENTICATED" in l]
         assert 2 <= len(lines) <= elapsed / 2 + 1, (len(lines), elapsed)
         assert "more UNAUTHENTICATED calls since the last such line" in lines[-1], lines[-1]
         total = metric(srv, 'packd_requests_total{method="GetRankPlan",code="UNAUTHENTICATED"}')
